@@ -1,0 +1,32 @@
+# The two commands of the README, plus their shared set-up.
+#   make demo   the demo project with a worker (uses the local Redis when it answers)
+#   make test   lint, types, docs and the test suite on every supported Python and Django
+.PHONY: demo test venv clean
+
+# Find a working interpreter: PATH first, then pyenv's versions folder (pyenv's shims refuse a
+# version that is not selected, so we look past them).
+find_python = $(firstword $(foreach p,$(1) $(wildcard $(HOME)/.pyenv/versions/$(2)*/bin/$(1)),$(shell $(p) -c 'import sys; print(sys.executable)' 2>/dev/null)))
+PYTHON312 := $(call find_python,python3.12,3.12)
+PYTHON311 := $(call find_python,python3.11,3.11)
+# nox looks interpreters up by name on PATH: put the real ones first.
+export PATH := $(dir $(PYTHON312)):$(dir $(PYTHON311)):$(PATH)
+VENV_PYTHON := $(or $(PYTHON312),python3)
+
+.venv/.installed: pyproject.toml
+	$(VENV_PYTHON) -m venv .venv
+	.venv/bin/python -m pip install --quiet --upgrade pip
+	.venv/bin/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: .venv/.installed
+
+demo: venv
+	.venv/bin/python -m testproject.demo
+
+test: venv
+	@test -n "$(PYTHON312)" || { echo "python3.12 not found (needed for Django 6)"; exit 1; }
+	@test -n "$(PYTHON311)" || { echo "python3.11 not found (needed for the Django 5.2 leg)"; exit 1; }
+	.venv/bin/nox --default-venv-backend uv $(NOXARGS)
+
+clean:
+	rm -rf .venv .nox docs/_build dist build

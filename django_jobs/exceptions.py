@@ -1,0 +1,94 @@
+"""Every error django-jobs raises, under one root: `JobsError`.
+
+Each error also subclasses the built-in that matches its meaning, so code that already catches
+`ValueError` or `LookupError` keeps working. The docstring of each class is its default message
+and says what to do about it.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class JobsError(Exception):
+    """A django-jobs operation failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class JobsDisabled(JobsError, ImproperlyConfigured):
+    """Jobs are disabled: JOBS["REDIS_URL"] is not set and JOBS["WHEN_DISABLED"] is "raise".
+
+    Set REDIS_URL (for example redis://127.0.0.1:6379/0) to enable jobs, or set WHEN_DISABLED to
+    "inline" or "skip".
+    """
+
+
+class BrokerUnavailable(JobsError, ConnectionError):
+    """Redis did not answer in time.
+
+    The operation may or may not have been applied: an enqueue that raised this may still have been
+    accepted. Check that Redis is running and reachable at JOBS["REDIS_URL"], then retry; with an
+    idempotency key the retry cannot create a second job.
+    """
+
+
+class DuplicateJob(JobsError):
+    """A job with this idempotency key was already accepted inside its window; treat as success."""
+
+    def __init__(self, job_name: str, idempotency_key: str, original_id: str) -> None:
+        self.job_name = job_name
+        self.idempotency_key = idempotency_key
+        self.original_id = original_id
+        super().__init__(
+            f"{job_name} with idempotency key {idempotency_key!r} was already accepted as job "
+            f"{original_id}; the original is on its way, so treat this as success."
+        )
+
+
+class InvalidPayload(JobsError, TypeError):
+    """The payload is not an instance of the job's payload dataclass, or does not survive JSON."""
+
+
+class PayloadTooLarge(JobsError, ValueError):
+    """The encoded payload is larger than JOBS["MAX_PAYLOAD_BYTES"]."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"The encoded payload is {size} bytes, over the limit of {limit} bytes "
+            f'(JOBS["MAX_PAYLOAD_BYTES"]). Pass references (a primary key, a storage path) '
+            f"instead of the data itself."
+        )
+
+
+class UnknownQueue(JobsError, ValueError):
+    """The queue is not one of JOBS["QUEUES"]."""
+
+    def __init__(self, queue: str, configured: tuple[str, ...]) -> None:
+        self.queue = queue
+        super().__init__(
+            f"Unknown queue {queue!r}: the configured queues are {', '.join(configured)}. "
+            f'Use one of them, or add it to JOBS["QUEUES"].'
+        )
+
+
+class UnknownJob(JobsError, LookupError):
+    """No job class is registered under this name.
+
+    Check that the job's module is a `jobs.py` in an installed app (or imported at start-up) and
+    that this process runs the same code as the one that enqueued it.
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"unknown job type {name!r}: is this worker's code up to date? Job classes are "
+            f"discovered from the jobs.py module of every installed app."
+        )
+
+
+class JobTimeout(JobsError, TimeoutError):
+    """The job ran past its timeout and was interrupted; it will be retried."""

@@ -1,0 +1,45 @@
+"""Every check CI runs: `make test` calls `nox` with no arguments, which runs them all."""
+
+import nox
+
+nox.options.sessions = ["lint", "docs", "tests"]
+nox.options.error_on_missing_interpreters = True
+nox.options.reuse_existing_virtualenvs = True
+
+POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+
+
+@nox.session(python="3.12")
+def lint(session: nox.Session) -> None:
+    """ruff check, ruff format --check and mypy --strict on django_jobs/."""
+    session.install("-e", ".[dev]")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+    session.run("mypy", "--strict", "django_jobs")
+
+
+@nox.session(python="3.12")
+def docs(session: nox.Session) -> None:
+    """Build the documentation with warnings as errors."""
+    session.install("-e", ".[dev]")
+    session.run(
+        "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html"
+    )
+
+
+@nox.session
+@nox.parametrize(
+    ("python", "django", "db"),
+    [
+        ("3.12", "django>=6", "postgres"),
+        ("3.12", "django>=6", "sqlite"),
+        ("3.11", "django~=5.2.0", "sqlite"),
+    ],
+    ids=["py312-newest-postgres", "py312-newest-sqlite", "py311-django52-sqlite"],
+)
+def tests(session: nox.Session, django: str, db: str) -> None:
+    """The pytest suite against the real Redis and the chosen database."""
+    session.install("-e", ".[dev]", django)
+    env = {"DATABASE_URL": POSTGRES_URL if db == "postgres" else "sqlite:///:memory:"}
+    session.run("python", "-c", "import django; print('Django', django.get_version())")
+    session.run("pytest", "-n", "2", *session.posargs, env=env)

@@ -1,0 +1,175 @@
+"""Fixtures shared by every test.
+
+- `redis_ns`: an isolated namespace on the REDIS_URL server (default redis://127.0.0.1:6379/0),
+  with JOBS pointed at it; only keys under that namespace are deleted afterwards.
+- `private_redis`: a redis-server of the test's own on a free port, to stop, restart or freeze.
+- The database comes from DATABASE_URL (see testproject/settings.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:
+    """Poll predicate until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The shared Redis server's URL; the test run fails (not skips) if it does not answer."""
+    url = os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except (redis.RedisError, OSError) as exc:
+        pytest.fail(f"Redis does not answer at {url} ({exc}); start it or set REDIS_URL.")
+    return url
+
+
+@dataclass
+class RedisNamespace:
+    """One test's private corner of a Redis server."""
+
+    url: str
+    namespace: str
+    client: redis.Redis
+
+    def keys(self) -> list[str]:
+        """Every key under this namespace, sorted."""
+        return sorted(k.decode() for k in self.client.scan_iter(match=f"{self.namespace}:*"))
+
+    def cleanup(self) -> None:
+        keys = list(self.client.scan_iter(match=f"{self.namespace}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            self.client.delete(*keys[start : start + 500])
+
+
+@pytest.fixture
+def redis_ns(redis_url: str, settings: Any) -> Iterator[RedisNamespace]:
+    """Enable jobs on the shared Redis under a namespace of this test's own."""
+    namespace = f"test-{uuid.uuid4().hex[:12]}"
+    settings.JOBS = {
+        **getattr(settings, "JOBS", {}),
+        "REDIS_URL": redis_url,
+        "NAMESPACE": namespace,
+    }
+    ns = RedisNamespace(redis_url, namespace, redis.Redis.from_url(redis_url))
+    yield ns
+    ns.cleanup()
+    ns.client.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server process owned by one test: start, stop, kill, freeze and thaw it."""
+
+    def __init__(self, executable: str, directory: Path) -> None:
+        self.executable = executable
+        self.directory = directory
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
+
+    def start(self) -> None:
+        args = [
+            self.executable,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(self.directory),
+        ]
+        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+        def answers() -> bool:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                pytest.fail(
+                    f"redis-server exited with {self.process.returncode} on port {self.port}"
+                )
+            try:
+                return bool(self.client(socket_connect_timeout=0.2).ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_until(answers, timeout=10)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM after SIGCONT, in case it is frozen) and wait for it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def freeze(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server on a free port, stopped after the test."""
+    executable = shutil.which("redis-server")
+    if executable is None:
+        pytest.fail(
+            "redis-server is not installed (apt-get install redis-server); tests that "
+            "stop or freeze Redis need their own server."
+        )
+    server = RedisServer(executable, tmp_path)
+    server.start()
+    yield server
+    server.stop()
