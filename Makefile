@@ -26,7 +26,7 @@ demo: venv
 test: venv
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found (needed for Django 6)"; exit 1; }
 	@test -n "$(PYTHON311)" || { echo "python3.11 not found (needed for the Django 5.2 leg)"; exit 1; }
-	.venv/bin/nox --default-venv-backend uv $(NOXARGS)
+	UV_PYTHON_DOWNLOADS=never .venv/bin/nox --default-venv-backend uv $(NOXARGS)
 
 clean:
 	rm -rf .venv .nox docs/_build dist build

@@ -1,0 +1,3 @@
+project = "django-jobs"
+html_theme = "furo"
+exclude_patterns = ["_build"]
