@@ -1,5 +1,7 @@
 """django-jobs: background jobs for Django on Redis, delivered at least once."""
 
+from typing import TYPE_CHECKING
+
 from django_jobs.exceptions import (
     BrokerUnavailable,
     DuplicateJob,
@@ -11,6 +13,10 @@ from django_jobs.exceptions import (
     UnknownJob,
     UnknownQueue,
 )
+from django_jobs.jobs import Job, JobContext
+
+if TYPE_CHECKING:
+    from django_jobs.client import JobHandle
 
 __version__ = "0.1.0.dev0"
 
@@ -18,6 +24,9 @@ __all__ = [
     "BrokerUnavailable",
     "DuplicateJob",
     "InvalidPayload",
+    "Job",
+    "JobContext",
+    "JobHandle",
     "JobTimeout",
     "JobsDisabled",
     "JobsError",
@@ -26,3 +35,12 @@ __all__ = [
     "UnknownQueue",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # JobHandle lives with the client, which imports the broker: load it on first use.
+    if name == "JobHandle":
+        from django_jobs.client import JobHandle
+
+        return JobHandle
+    raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")

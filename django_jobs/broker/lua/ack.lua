@@ -1,0 +1,32 @@
+-- ack: the task succeeded; keep it as completed for its retention, or delete it.
+--
+-- KEYS[1]  <ns>:{<q>}:t:<id>        task record
+-- KEYS[2]  <ns>:{<q>}:active        list
+-- KEYS[3]  <ns>:{<q>}:lease         sorted set
+-- KEYS[4]  <ns>:{<q>}:completed     sorted set, score = expires at
+-- KEYS[5]  <ns>:{<q>}:processed:<day>   counter of completed tasks today
+-- ARGV[1]  task id
+-- ARGV[2]  epoch the caller was given by dequeue
+-- ARGV[3]  retention in seconds (0: delete the record now)
+-- ARGV[4]  lifetime of the day counter in seconds
+-- Returns  1 when acked; 0 when the task is no longer this caller's (stale epoch or not
+--          active): nothing changed.
+local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
+if f[1] ~= 'active' or f[2] ~= ARGV[2] then
+  return 0
+end
+local id = ARGV[1]
+redis.call('LREM', KEYS[2], 1, id)
+redis.call('ZREM', KEYS[3], id)
+redis.call('INCR', KEYS[5])
+redis.call('EXPIRE', KEYS[5], ARGV[4])
+local retention = tonumber(ARGV[3])
+if retention > 0 then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', tostring(now))
+  redis.call('ZADD', KEYS[4], now + retention, id)
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1

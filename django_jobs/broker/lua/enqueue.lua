@@ -1,0 +1,55 @@
+-- enqueue: write a new task and put it in pending (due now) or scheduled (due later).
+--
+-- KEYS[1]  <ns>:{<q>}:t:<id>        task record (hash)
+-- KEYS[2]  <ns>:{<q>}:pending       list, newest on the left
+-- KEYS[3]  <ns>:{<q>}:scheduled     sorted set, score = due time
+-- KEYS[4]  <ns>:{<q>}:wake          wake-up tokens for idle workers
+-- KEYS[5]  <ns>:{<q>}:idem:<job>:<key>   optional: the idempotency key
+-- ARGV[1]  task id
+-- ARGV[2]  encoded message (JSON)
+-- ARGV[3]  delay in seconds from now (0: now)
+-- ARGV[4]  absolute due time in epoch seconds, or "" (wins over the delay)
+-- ARGV[5]  idempotency window in milliseconds (used only with KEYS[5])
+-- Returns  {"ok", state}          accepted; state is "pending" or "scheduled"
+--          {"exists", state}      this id was already enqueued (a replayed call): nothing changed
+--          {"duplicate", id}      the idempotency key is held by the task `id`: nothing changed
+local id = ARGV[1]
+if KEYS[5] then
+  local holder = redis.call('GET', KEYS[5])
+  if holder and holder ~= id then
+    return {'duplicate', holder}
+  end
+  if holder then
+    -- Our own key: this call is a replay of one already applied.
+    return {'exists', redis.call('HGET', KEYS[1], 'state') or 'gone'}
+  end
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {'exists', redis.call('HGET', KEYS[1], 'state') or ''}
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local due = now
+if ARGV[4] ~= '' then
+  due = tonumber(ARGV[4])
+elseif tonumber(ARGV[3]) > 0 then
+  due = now + tonumber(ARGV[3])
+end
+
+local state = 'pending'
+if due > now then
+  state = 'scheduled'
+  redis.call('ZADD', KEYS[3], due, id)
+  redis.call('HSET', KEYS[1], 'next_at', tostring(due))
+else
+  redis.call('LPUSH', KEYS[2], id)
+  redis.call('LPUSH', KEYS[4], '1')
+  redis.call('LTRIM', KEYS[4], 0, 63)
+end
+redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', tostring(now),
+  'attempts', 0, 'crashes', 0, 'epoch', 0)
+if KEYS[5] then
+  redis.call('SET', KEYS[5], id, 'PX', ARGV[5])
+end
+return {'ok', state}

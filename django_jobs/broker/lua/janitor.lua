@@ -1,0 +1,27 @@
+-- janitor: delete completed tasks past their retention, and bound the dead set by age and size.
+--
+-- KEYS[1]  <ns>:{<q>}:completed     sorted set, score = expires at
+-- KEYS[2]  <ns>:{<q>}:dead          sorted set, score = died at
+-- ARGV[1]  task key prefix <ns>:{<q>}:t:
+-- ARGV[2]  dead tasks to keep at most (the newest)
+-- ARGV[3]  age in seconds past which a dead task is deleted
+-- ARGV[4]  most tasks to delete from each set in this call
+-- Returns  the number of tasks deleted (call again while it is not below the limit).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local limit = tonumber(ARGV[4])
+local function purge(set, ids)
+  for _, id in ipairs(ids) do
+    redis.call('DEL', ARGV[1] .. id)
+    redis.call('ZREM', set, id)
+  end
+  return #ids
+end
+local deleted = purge(KEYS[1], redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit))
+deleted = deleted + purge(KEYS[2],
+  redis.call('ZRANGE', KEYS[2], '-inf', now - tonumber(ARGV[3]), 'BYSCORE', 'LIMIT', 0, limit))
+local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[2])
+if excess > 0 then
+  deleted = deleted + purge(KEYS[2], redis.call('ZRANGE', KEYS[2], 0, math.min(excess, limit) - 1))
+end
+return deleted

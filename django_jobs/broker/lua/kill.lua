@@ -1,0 +1,34 @@
+-- kill: the task will not be run again; keep it in the dead set with its last error.
+-- The janitor bounds the dead set (count and age); this script does not trim.
+--
+-- KEYS[1]  <ns>:{<q>}:t:<id>        task record
+-- KEYS[2]  <ns>:{<q>}:active        list
+-- KEYS[3]  <ns>:{<q>}:lease         sorted set
+-- KEYS[4]  <ns>:{<q>}:dead          sorted set, score = died at
+-- KEYS[5]  <ns>:{<q>}:failed:<day>  counter of failed runs today
+-- ARGV[1]  task id
+-- ARGV[2]  epoch the caller was given by dequeue
+-- ARGV[3]  error (one line)
+-- ARGV[4]  traceback
+-- ARGV[5]  "1": the run counts as a spent attempt; "0": it does not (undecodable, unknown type)
+-- ARGV[6]  lifetime of the day counter in seconds
+-- Returns  1 when moved to dead; 0 when the task is no longer this caller's: nothing changed.
+local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
+if f[1] ~= 'active' or f[2] ~= ARGV[2] then
+  return 0
+end
+local id = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('LREM', KEYS[2], 1, id)
+redis.call('ZREM', KEYS[3], id)
+if ARGV[5] == '1' then
+  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+end
+redis.call('INCR', KEYS[5])
+redis.call('EXPIRE', KEYS[5], ARGV[6])
+redis.call('HSET', KEYS[1], 'state', 'dead', 'error', ARGV[3], 'traceback', ARGV[4],
+  'failed_at', tostring(now), 'died_at', tostring(now))
+redis.call('HDEL', KEYS[1], 'next_at')
+redis.call('ZADD', KEYS[4], now, id)
+return 1

@@ -1,0 +1,40 @@
+-- retry: the run failed (or its job type is unknown here); run it again after a delay.
+--
+-- KEYS[1]  <ns>:{<q>}:t:<id>        task record
+-- KEYS[2]  <ns>:{<q>}:active        list
+-- KEYS[3]  <ns>:{<q>}:lease         sorted set
+-- KEYS[4]  <ns>:{<q>}:retry         sorted set, score = next attempt
+-- KEYS[5]  <ns>:{<q>}:failed:<day>  counter of failed runs today
+-- ARGV[1]  task id
+-- ARGV[2]  epoch the caller was given by dequeue
+-- ARGV[3]  delay in seconds before the next attempt
+-- ARGV[4]  error (one line)
+-- ARGV[5]  traceback
+-- ARGV[6]  "1": the run counts as a spent attempt and a failure; "0": it does not (a bounce)
+-- ARGV[7]  lifetime of the day counter in seconds
+-- ARGV[8]  "1": the job type is unknown here (keep when that was first seen); "0": it is known
+-- Returns  1 when moved to retry; 0 when the task is no longer this caller's: nothing changed.
+local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
+if f[1] ~= 'active' or f[2] ~= ARGV[2] then
+  return 0
+end
+local id = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local due = now + tonumber(ARGV[3])
+redis.call('LREM', KEYS[2], 1, id)
+redis.call('ZREM', KEYS[3], id)
+if ARGV[6] == '1' then
+  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+  redis.call('INCR', KEYS[5])
+  redis.call('EXPIRE', KEYS[5], ARGV[7])
+end
+if ARGV[8] == '1' then
+  redis.call('HSETNX', KEYS[1], 'first_unknown_at', tostring(now))
+else
+  redis.call('HDEL', KEYS[1], 'first_unknown_at')
+end
+redis.call('HSET', KEYS[1], 'state', 'retry', 'error', ARGV[4], 'traceback', ARGV[5],
+  'failed_at', tostring(now), 'next_at', tostring(due))
+redis.call('ZADD', KEYS[4], due, id)
+return 1

@@ -1,0 +1,28 @@
+-- run_now: move a scheduled, retry or dead task to pending at once (admin "retry now").
+-- A dead task gets a fresh budget of attempts and crashes; a retry keeps what it has spent.
+--
+-- KEYS[1]  <ns>:{<q>}:t:<id>        task record
+-- KEYS[2]  <ns>:{<q>}:<state>       the sorted set the task is in (scheduled, retry or dead)
+-- KEYS[3]  <ns>:{<q>}:pending       list
+-- KEYS[4]  <ns>:{<q>}:wake          wake-up tokens
+-- ARGV[1]  task id
+-- ARGV[2]  "1": reset attempts and crashes (the task was dead); "0": keep them
+-- Returns  1 when moved; 0 when the task is not in that set (nothing changed).
+local id = ARGV[1]
+if not redis.call('ZSCORE', KEYS[2], id) then
+  return 0
+end
+redis.call('ZREM', KEYS[2], id)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return 0
+end
+if ARGV[2] == '1' then
+  redis.call('HSET', KEYS[1], 'attempts', 0, 'crashes', 0)
+  redis.call('HDEL', KEYS[1], 'died_at', 'first_unknown_at')
+end
+redis.call('HSET', KEYS[1], 'state', 'pending')
+redis.call('HDEL', KEYS[1], 'next_at')
+redis.call('LPUSH', KEYS[3], id)
+redis.call('LPUSH', KEYS[4], '1')
+redis.call('LTRIM', KEYS[4], 0, 63)
+return 1

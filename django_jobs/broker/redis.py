@@ -1,0 +1,247 @@
+"""The Redis broker: one method per Lua script, one script per state transition."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+
+from django_jobs.broker import scripts
+from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest
+from django_jobs.conf import JobsSettings
+from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.keys import QueueKeys, State
+
+#: Day counters outlive their day by a week, so "today" and recent days can be read.
+COUNTER_TTL = 8 * 86400
+
+
+def redact(url: str) -> str:
+    """Return a Redis URL with its password replaced by ***."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+
+
+def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
+    """Return a client for url whose calls give up after about `timeout` seconds in all.
+
+    One retry, because a timed-out command may or may not have run and every script is safe to
+    run twice. `blocking` is the longest BLPOP the client will issue, added to its read timeout.
+    """
+    half = timeout / 2
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=half,
+        socket_timeout=half + blocking,
+        retry=Retry(NoBackoff(), 1),
+        decode_responses=True,
+        health_check_interval=30,
+    )
+
+
+def _float(value: str | None) -> float | None:
+    return float(value) if value else None
+
+
+def _day() -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+class RedisBroker:
+    """The task state machine of DESIGN.md section 4 on one Redis server."""
+
+    def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
+        self.client = client
+        self.settings = settings
+        self.url = redact(settings.redis_url or "")
+        self.scripts = scripts.register(client)
+        self._keys: dict[str, QueueKeys] = {}
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The keys of one queue."""
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
+        return keys
+
+    @contextmanager
+    def unavailable(self) -> Iterator[None]:
+        """Turn connection errors into BrokerUnavailable naming the (redacted) URL."""
+        try:
+            yield
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise BrokerUnavailable(
+                f"Redis at {self.url} did not answer ({exc}). The operation may still have been "
+                f"applied. Check that Redis runs and JOBS['REDIS_URL'] points at it, then retry."
+            ) from exc
+
+    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        with self.unavailable():
+            return self.scripts[name](keys=keys, args=args)
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    def _enqueue_call(self, request: EnqueueRequest) -> tuple[list[str], list[Any]]:
+        k = self.keys(request.queue)
+        keys = [k.task(request.id), k.pending, k.scheduled, k.wake]
+        if request.idempotency_key:
+            keys.append(request.idempotency_key)
+        window_ms = max(1, round(request.idempotency_window * 1000))
+        eta = "" if request.eta is None else repr(request.eta)
+        return keys, [request.id, request.encoded, repr(request.delay), eta, window_ms]
+
+    @staticmethod
+    def _accepted(reply: list[str]) -> Accepted:
+        status, value = reply
+        if status == "duplicate":
+            return Accepted(state="", duplicate_of=value)
+        return Accepted(state=value)
+
+    def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
+        """Enqueue tasks in one round trip; replaying the same requests changes nothing."""
+        if len(requests) == 1:
+            keys, args = self._enqueue_call(requests[0])
+            return [self._accepted(self._run("enqueue", keys, args))]
+        script = self.scripts["enqueue"]
+        with self.unavailable():
+            for _ in range(2):
+                pipe = self.client.pipeline(transaction=False)
+                for request in requests:
+                    keys, args = self._enqueue_call(request)
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies = pipe.execute(raise_on_error=False)
+                if not any(isinstance(r, NoScriptError) for r in replies):
+                    break
+                # Redis forgot the script (restart, SCRIPT FLUSH): load it and replay the batch,
+                # which is safe: a task already written answers "exists".
+                self.client.script_load(script.script)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return [self._accepted(reply) for reply in replies]
+
+    # -- consuming --------------------------------------------------------------------------
+
+    def dequeue(self, queues: Sequence[str]) -> Delivery | None:
+        """Move the oldest pending task of the first non-empty, unpaused queue to active."""
+        for queue in queues:
+            k = self.keys(queue)
+            reply = self._run(
+                "dequeue",
+                [k.paused, k.pending, k.active, k.lease],
+                [k.task_prefix, self.settings.lease],
+            )
+            if reply:
+                task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = reply
+                return Delivery(
+                    id=task_id,
+                    queue=queue,
+                    raw=raw,
+                    attempts=int(attempts),
+                    crashes=int(crashes),
+                    epoch=epoch,
+                    enqueued_at=_float(enqueued),
+                    first_unknown_at=_float(unknown),
+                    lease_deadline=float(deadline),
+                )
+        return None
+
+    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
+        """Block until a wake-up token arrives for one of queues, or timeout seconds pass."""
+        with self.unavailable():
+            reply = self.client.blpop([self.keys(q).wake for q in queues], timeout=timeout)
+        return reply is not None
+
+    def ack(self, delivery: Delivery, retention: float) -> bool:
+        """Mark the task completed; False if the delivery is stale (nothing changed)."""
+        k = self.keys(delivery.queue)
+        keys = [k.task(delivery.id), k.active, k.lease, k.completed, k.processed(_day())]
+        return bool(self._run("ack", keys, [delivery.id, delivery.epoch, retention, COUNTER_TTL]))
+
+    def retry(
+        self,
+        delivery: Delivery,
+        delay: float,
+        error: str,
+        traceback: str,
+        *,
+        spend: bool = True,
+        unknown: bool = False,
+    ) -> bool:
+        """Schedule another run after delay seconds; False if the delivery is stale."""
+        k = self.keys(delivery.queue)
+        keys = [k.task(delivery.id), k.active, k.lease, k.retry, k.failed(_day())]
+        args = [delivery.id, delivery.epoch, delay, error, traceback, int(spend), COUNTER_TTL,
+                int(unknown)]  # fmt: skip
+        return bool(self._run("retry", keys, args))
+
+    def kill(self, delivery: Delivery, error: str, traceback: str, *, spend: bool = True) -> bool:
+        """Move the task to dead with its error; False if the delivery is stale."""
+        k = self.keys(delivery.queue)
+        keys = [k.task(delivery.id), k.active, k.lease, k.dead, k.failed(_day())]
+        args = [delivery.id, delivery.epoch, error, traceback, int(spend), COUNTER_TTL]
+        return bool(self._run("kill", keys, args))
+
+    def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> str | None:
+        """Put an active task back in pending without spending an attempt.
+
+        Returns "pending", "dead" (a crash past the budget) or None if the delivery is stale.
+        """
+        k = self.keys(delivery.queue)
+        keys = [k.task(delivery.id), k.active, k.lease, k.pending, k.dead, k.wake]
+        args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason]
+        reply = self._run("requeue", keys, args)
+        return reply or None
+
+    # -- background loops -------------------------------------------------------------------
+
+    def forward(self, queue: str, limit: int = 1000) -> int:
+        """Move due scheduled and retry tasks to pending; return how many moved."""
+        k = self.keys(queue)
+        keys = [k.scheduled, k.retry, k.pending, k.wake]
+        return int(self._run("forward", keys, [k.task_prefix, limit]))
+
+    def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[str]:
+        """Renew the leases of (id, epoch) pairs; return the ids whose lease is lost."""
+        if not held:
+            return []
+        k = self.keys(queue)
+        args: list[Any] = [k.task_prefix, self.settings.lease]
+        for task_id, epoch in held:
+            args += [task_id, epoch]
+        return list(self._run("extend_lease", [k.lease], args))
+
+    def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, str]]:
+        """Hand back tasks whose lease expired; return (id, new state) pairs."""
+        k = self.keys(queue)
+        keys = [k.lease, k.active, k.pending, k.dead, k.wake]
+        flat = self._run("recover", keys, [k.task_prefix, self.settings.max_crashes, limit])
+        return list(zip(flat[::2], flat[1::2], strict=True))
+
+    def janitor(self, queue: str, limit: int = 1000) -> int:
+        """Delete expired completed tasks and trim the dead set; return how many were deleted."""
+        k = self.keys(queue)
+        args = [k.task_prefix, self.settings.dead_max_tasks, self.settings.dead_max_age, limit]
+        return int(self._run("janitor", [k.completed, k.dead], args))
+
+    # -- operator actions (through the Inspector) ------------------------------------------
+
+    def run_now(self, queue: str, task_id: str, state: str) -> bool:
+        """Move a scheduled, retry or dead task to pending now; False if it is not there."""
+        k = self.keys(queue)
+        keys = [k.task(task_id), k.state(state), k.pending, k.wake]
+        return bool(self._run("run_now", keys, [task_id, int(state == State.DEAD)]))
+
+    def delete(self, queue: str, task_id: str, state: str, idempotency_key: str | None) -> Any:
+        """Delete a task that is not running (see delete.lua for the replies)."""
+        k = self.keys(queue)
+        keys = [k.task(task_id), k.state(state)]
+        if idempotency_key:
+            keys.append(idempotency_key)
+        return self._run("delete", keys, [task_id, state])

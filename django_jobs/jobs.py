@@ -1,0 +1,192 @@
+"""`Job[Payload]`: the base class of every job, and the registry that finds a job by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from django.apps import apps
+from django.core.exceptions import AppRegistryNotReady
+
+from django_jobs.exceptions import UnknownJob
+
+if TYPE_CHECKING:
+    from django_jobs.client import JobHandle
+
+P = TypeVar("P")
+
+#: Delays before the second, third, fourth and fifth runs, in seconds (before jitter).
+BACKOFF = (1.0, 4.0, 15.0, 60.0)
+#: The longest delay between two runs, in seconds.
+MAX_BACKOFF = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a running job knows about itself (`self.context` inside `run`)."""
+
+    job_id: str
+    #: 1 for the first run, 2 for the first retry, ...
+    attempt: int
+    #: Times a worker died under this task before this run.
+    crashes: int
+    queue: str
+    #: Epoch seconds after which the run is interrupted with JobTimeout.
+    deadline: float
+    idempotency_key: str | None = None
+
+
+class Job(Generic[P]):
+    """Subclass with a dataclass payload type and implement `run`.
+
+    Class attributes are defaults that each enqueue may override; None means the JOBS setting.
+    """
+
+    #: Registered name; defaults to "<app_label>.<ClassName>". Keep it stable across deploys.
+    name: ClassVar[str]
+    #: The payload dataclass, taken from `Job[Payload]`.
+    payload_type: ClassVar[type[Any]]
+    queue: ClassVar[str] = "default"
+    max_attempts: ClassVar[int | None] = None
+    timeout: ClassVar[timedelta | float | None] = None
+    #: How long a completed task is kept; 0 keeps nothing.
+    retention: ClassVar[timedelta | float | None] = None
+    idempotency_window: ClassVar[timedelta | float | None] = None
+
+    def __init__(self, context: JobContext) -> None:
+        self.context = context
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        payload_type = _payload_type(cls)
+        if payload_type is None:
+            return  # still generic: an abstract base for other jobs
+        cls.payload_type = payload_type
+        if "name" not in cls.__dict__:
+            cls.name = _default_name(cls)
+        registry.add(cls)
+
+    def run(self, payload: P) -> None:
+        """Do the work. May run more than once for one enqueue: make its effects idempotent."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement run(payload)")
+
+    @classmethod
+    def backoff(cls, attempt: int) -> float:
+        """Return the delay in seconds before the next run, after `attempt` failed runs."""
+        if attempt <= len(BACKOFF):
+            base = BACKOFF[attempt - 1]
+        else:
+            base = min(BACKOFF[-1] * 4 ** (attempt - len(BACKOFF)), MAX_BACKOFF)
+        return base * random.uniform(0.9, 1.1)
+
+    @classmethod
+    def enqueue(
+        cls,
+        payload: P,
+        *,
+        queue: str | None = None,
+        delay: timedelta | float | None = None,
+        eta: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: timedelta | float | None = None,
+        retention: timedelta | float | None = None,
+        idempotency_key: str | None = None,
+        idempotency_window: timedelta | float | None = None,
+        on_commit: bool = False,
+    ) -> JobHandle:
+        """Enqueue one run of this job and return its handle.
+
+        Raises DuplicateJob if idempotency_key was accepted inside its window (treat as success),
+        InvalidPayload, PayloadTooLarge, UnknownQueue, or BrokerUnavailable (which may still mean
+        the job was enqueued).
+        """
+        from django_jobs.client import Options, enqueue
+
+        options = Options(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
+        return enqueue(cls, [(payload, idempotency_key)], options, on_commit=on_commit)[0]
+
+    @classmethod
+    def enqueue_many(
+        cls,
+        payloads: Iterable[P],
+        *,
+        queue: str | None = None,
+        delay: timedelta | float | None = None,
+        eta: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: timedelta | float | None = None,
+        retention: timedelta | float | None = None,
+        on_commit: bool = False,
+    ) -> list[JobHandle]:
+        """Enqueue many runs in one Redis round trip per batch; return their handles in order.
+
+        Every payload is validated before anything is written.
+        """
+        from django_jobs.client import Options, enqueue
+
+        options = Options(queue, delay, eta, max_attempts, timeout, retention, None)
+        items = [(payload, None) for payload in payloads]
+        return enqueue(cls, items, options, on_commit=on_commit)
+
+
+def _payload_type(cls: type) -> type[Any] | None:
+    for base in getattr(cls, "__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Job):
+            (arg,) = typing.get_args(base)
+            if isinstance(arg, TypeVar):
+                return None
+            if not (isinstance(arg, type) and dataclasses.is_dataclass(arg)):
+                raise TypeError(f"{cls.__qualname__}: the payload type {arg!r} is not a dataclass")
+            return arg
+    inherited: type[Any] | None = getattr(cls, "payload_type", None)
+    return inherited
+
+
+def _default_name(cls: type) -> str:
+    try:
+        app = apps.get_containing_app_config(cls.__module__)
+    except AppRegistryNotReady:
+        app = None
+    if app is not None and "<locals>" not in cls.__qualname__:
+        return f"{app.label}.{cls.__name__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class Registry:
+    """Job classes by registered name; two classes under one name is check django_jobs.E011."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, type[Job[Any]]] = {}
+        self.conflicts: dict[str, list[str]] = {}
+
+    def add(self, cls: type[Job[Any]]) -> None:
+        existing = self.jobs.get(cls.name)
+        same = existing is not None and (existing.__module__, existing.__qualname__) == (
+            cls.__module__,
+            cls.__qualname__,
+        )
+        if existing is None or same:  # same: a module imported again (autoreload)
+            self.jobs[cls.name] = cls
+            return
+        paths = self.conflicts.setdefault(cls.name, [_path(existing)])
+        paths.append(_path(cls))
+
+    def get(self, name: str) -> type[Job[Any]]:
+        """Return the job class registered as name, or raise UnknownJob."""
+        try:
+            return self.jobs[name]
+        except KeyError:
+            raise UnknownJob(name) from None
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+registry = Registry()

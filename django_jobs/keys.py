@@ -1,0 +1,100 @@
+"""Every Redis key django-jobs uses: `<namespace>:{<queue>}:<structure>`.
+
+The `{<queue>}` hash tag puts every key a script touches on one Redis Cluster slot. A task's
+record is the hash `<namespace>:{<queue>}:t:<id>`; scripts that find ids in a structure (dequeue,
+forward, recover) get the prefix `<namespace>:{<queue>}:t:` and append the id, the one place a key
+is built inside Lua, and always within the same slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+
+class State:
+    """The task states, as written in Redis, the admin and the API."""
+
+    SCHEDULED = "scheduled"
+    PENDING = "pending"
+    ACTIVE = "active"
+    RETRY = "retry"
+    DEAD = "dead"
+    COMPLETED = "completed"
+    ALL = (SCHEDULED, PENDING, ACTIVE, RETRY, DEAD, COMPLETED)
+
+
+@dataclass(frozen=True)
+class QueueKeys:
+    """The keys of one queue in one namespace."""
+
+    namespace: str
+    queue: str
+
+    @cached_property
+    def prefix(self) -> str:
+        return f"{self.namespace}:{{{self.queue}}}"
+
+    @cached_property
+    def task_prefix(self) -> str:
+        """Prefix of task record keys: append an id."""
+        return f"{self.prefix}:t:"
+
+    def task(self, task_id: str) -> str:
+        """The hash holding one task's record and its mutable fields."""
+        return f"{self.task_prefix}{task_id}"
+
+    def idempotency(self, job_name: str, key: str) -> str:
+        """The string holding the id of the first task accepted under (job, key)."""
+        return f"{self.prefix}:idem:{job_name}:{key}"
+
+    def state(self, state: str) -> str:
+        """The structure of one state: a list for pending and active, a sorted set otherwise."""
+        return f"{self.prefix}:{state}"
+
+    @cached_property
+    def pending(self) -> str:
+        return self.state(State.PENDING)
+
+    @cached_property
+    def active(self) -> str:
+        return self.state(State.ACTIVE)
+
+    @cached_property
+    def scheduled(self) -> str:
+        return self.state(State.SCHEDULED)
+
+    @cached_property
+    def retry(self) -> str:
+        return self.state(State.RETRY)
+
+    @cached_property
+    def dead(self) -> str:
+        return self.state(State.DEAD)
+
+    @cached_property
+    def completed(self) -> str:
+        return self.state(State.COMPLETED)
+
+    @cached_property
+    def lease(self) -> str:
+        """Sorted set of active task ids, scored by lease deadline (Redis time, seconds)."""
+        return f"{self.prefix}:lease"
+
+    @cached_property
+    def paused(self) -> str:
+        """Present while the queue is paused."""
+        return f"{self.prefix}:paused"
+
+    @cached_property
+    def wake(self) -> str:
+        """A short list of wake-up tokens that idle workers block on."""
+        return f"{self.prefix}:wake"
+
+    def processed(self, day: str) -> str:
+        """Counter of tasks completed on a UTC day (YYYY-MM-DD)."""
+        return f"{self.prefix}:processed:{day}"
+
+    def failed(self, day: str) -> str:
+        """Counter of failed runs on a UTC day (YYYY-MM-DD)."""
+        return f"{self.prefix}:failed:{day}"

@@ -1,0 +1,105 @@
+"""The task record: what enqueue writes and a worker reads, and its JSON encoding.
+
+The record is versioned (`v`), so a worker can refuse a record from a newer release with a clear
+error instead of misreading it. Payloads are dataclasses whose fields hold JSON values; the check
+that a payload survives a round trip runs at enqueue, never first in the worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from django_jobs.exceptions import InvalidPayload, JobsError
+
+VERSION = 1
+
+
+class DecodeError(JobsError, ValueError):
+    """A task record in Redis cannot be read; the task goes dead with this error."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """The immutable part of a task: who runs it, with what, under which limits."""
+
+    id: str
+    job: str
+    queue: str
+    payload: dict[str, Any]
+    max_attempts: int
+    timeout: float
+    retention: float
+    idempotency_key: str | None = None
+
+
+def encode(message: Message) -> str:
+    """Encode a message as compact JSON."""
+    body = {"v": VERSION, **dataclasses.asdict(message)}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(raw: str | bytes) -> Message:
+    """Decode a message, raising DecodeError with the reason if it is corrupt."""
+    if not raw:
+        raise DecodeError("the task record is missing or has no message (written by hand?)")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise DecodeError(f"the task record is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise DecodeError(f"the task record is a JSON {type(body).__name__}, not an object")
+    version = body.pop("v", None)
+    if version != VERSION:
+        raise DecodeError(
+            f"the task record has version {version!r}; this worker reads version {VERSION}: "
+            f"run the same django-jobs release on every worker"
+        )
+    try:
+        message = Message(**body)
+    except TypeError as exc:
+        raise DecodeError(f"the task record does not have the expected fields: {exc}") from exc
+    if not isinstance(message.payload, dict) or not isinstance(message.job, str):
+        raise DecodeError("the task record's job or payload has the wrong type")
+    return message
+
+
+def payload_to_json(payload: object, payload_type: type[Any]) -> dict[str, Any]:
+    """Return the payload's fields as JSON values, or raise InvalidPayload naming the field."""
+    if type(payload) is not payload_type:
+        raise InvalidPayload(
+            f"expected a {payload_type.__qualname__} payload, got {type(payload).__qualname__}"
+        )
+    data: dict[str, Any] = {}
+    for field in dataclasses.fields(typing.cast(Any, payload_type)):
+        value = getattr(payload, field.name)
+        try:
+            survived = json.loads(json.dumps(value))
+        except (TypeError, ValueError) as exc:
+            raise InvalidPayload(
+                f"{payload_type.__qualname__}.{field.name} holds a {type(value).__name__}, which "
+                f"JSON cannot encode ({exc}); use str, int, float, bool, None, lists and dicts "
+                f"with str keys, and pass references (ids) rather than objects"
+            ) from None
+        if survived != value:
+            raise InvalidPayload(
+                f"{payload_type.__qualname__}.{field.name} does not survive a JSON round trip "
+                f"({value!r} comes back as {survived!r}); use lists rather than tuples and "
+                f"str keys in dicts"
+            )
+        data[field.name] = value
+    return data
+
+
+def payload_from_json(data: dict[str, Any], payload_type: type[Any]) -> Any:
+    """Build the payload dataclass from decoded JSON, or raise DecodeError saying why not."""
+    try:
+        return payload_type(**data)
+    except TypeError as exc:
+        raise DecodeError(
+            f"the payload does not match {payload_type.__qualname__}: {exc} (was the payload "
+            f"class changed while this task waited?)"
+        ) from exc

@@ -1,0 +1,175 @@
+"""Run one task: decode it, find its job, run it, and write the outcome.
+
+This is the part of a worker child that touches a task. It decides retry or dead from the
+attempts the dequeue reported, and writes the outcome only under the epoch it was handed: if the
+task was recovered and given to someone else meanwhile, the write changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections
+
+from django_jobs.broker.protocol import Delivery
+from django_jobs.broker.redis import RedisBroker
+from django_jobs.exceptions import UnknownJob
+from django_jobs.jobs import Job, JobContext, registry
+from django_jobs.keys import State
+from django_jobs.message import DecodeError, Message, decode, payload_from_json
+
+logger = logging.getLogger("django_jobs.worker.processor")
+
+#: The longest traceback kept with a task, in characters (the end is kept: it names the cause).
+MAX_TRACEBACK = 32_000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one run: the task's new state ("stale": the outcome was not ours)."""
+
+    task_id: str
+    job: str
+    queue: str
+    state: str
+    error: str = ""
+
+
+def _error_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _traceback() -> str:
+    text = traceback.format_exc()
+    return text if len(text) <= MAX_TRACEBACK else "...\n" + text[-MAX_TRACEBACK:]
+
+
+def run_job(job: type[Job[Any]], payload: Any, context: JobContext) -> None:
+    """Run the job as a request would run a view: with fresh database connections."""
+    close_old_connections()
+    try:
+        job(context).run(payload)
+    finally:
+        close_old_connections()
+
+
+def run_inline(job: type[Job[Any]], message: Message) -> str:
+    """Run a job now, in this process (Redis disabled); return "completed" or "dead"."""
+    context = JobContext(
+        job_id=message.id,
+        attempt=1,
+        crashes=0,
+        queue=message.queue,
+        deadline=time.time() + message.timeout,
+        idempotency_key=message.idempotency_key,
+    )
+    try:
+        run_job(job, payload_from_json(message.payload, job.payload_type), context)
+    except Exception:
+        logger.exception(
+            "%s %s failed (run inline: Redis is disabled, no retry)", job.name, message.id
+        )
+        return State.DEAD
+    return State.COMPLETED
+
+
+class Processor:
+    """Fetch tasks from the given queues in priority order and run them one at a time."""
+
+    def __init__(self, broker: RedisBroker, queues: Sequence[str] | None = None) -> None:
+        self.broker = broker
+        self.settings = broker.settings
+        self.queues = tuple(queues or self.settings.queues)
+
+    def process_one(self) -> Outcome | None:
+        """Run the next task, if there is one; return its outcome."""
+        delivery = self.broker.dequeue(self.queues)
+        return None if delivery is None else self.process(delivery)
+
+    def process(self, delivery: Delivery) -> Outcome:
+        """Run a task handed out by dequeue and write its outcome."""
+        try:
+            message = decode(delivery.raw)
+        except DecodeError as exc:
+            return self._kill(delivery, "?", f"could not decode the task record: {exc}")
+        try:
+            job = registry.get(message.job)
+        except UnknownJob as exc:
+            return self._unknown(delivery, message, exc)
+        try:
+            payload = payload_from_json(message.payload, job.payload_type)
+        except DecodeError as exc:
+            return self._kill(delivery, message.job, str(exc))
+        context = JobContext(
+            job_id=delivery.id,
+            attempt=delivery.attempts + 1,
+            crashes=delivery.crashes,
+            queue=delivery.queue,
+            deadline=time.time() + message.timeout,
+            idempotency_key=message.idempotency_key,
+        )
+        try:
+            run_job(job, payload, context)
+        except Exception as exc:
+            return self._failed(delivery, job, message, exc, _traceback())
+        if not self.broker.ack(delivery, message.retention):
+            return self._stale(delivery, message.job)
+        logger.info("%s %s completed (attempt %d)", message.job, delivery.id, context.attempt)
+        return Outcome(delivery.id, message.job, delivery.queue, State.COMPLETED)
+
+    def _failed(
+        self,
+        delivery: Delivery,
+        job: type[Job[Any]],
+        message: Message,
+        exc: Exception,
+        tb: str,
+    ) -> Outcome:
+        error = _error_line(exc)
+        attempt = delivery.attempts + 1
+        if attempt >= message.max_attempts:
+            if not self.broker.kill(delivery, error, tb):
+                return self._stale(delivery, message.job)
+            logger.error("%s %s dead after %d attempts: %s", job.name, delivery.id, attempt, error)
+            return Outcome(delivery.id, job.name, delivery.queue, State.DEAD, error)
+        delay = job.backoff(attempt)
+        if not self.broker.retry(delivery, delay, error, tb):
+            return self._stale(delivery, message.job)
+        logger.warning(
+            "%s %s failed (attempt %d of %d), retry in %.1fs: %s",
+            job.name, delivery.id, attempt, message.max_attempts, delay, error,
+        )  # fmt: skip
+        return Outcome(delivery.id, job.name, delivery.queue, State.RETRY, error)
+
+    def _unknown(self, delivery: Delivery, message: Message, exc: UnknownJob) -> Outcome:
+        """Bounce a task of a job type this process does not know, until the grace runs out."""
+        first = delivery.first_unknown_at
+        if first is not None and time.time() - first >= self.settings.unknown_job_grace:
+            error = f"{exc} (bounced for {self.settings.unknown_job_grace:.0f}s)"
+            return self._kill(delivery, message.job, error)
+        if not self.broker.retry(
+            delivery, self.settings.unknown_job_delay, str(exc), "", spend=False, unknown=True
+        ):
+            return self._stale(delivery, message.job)
+        logger.warning("%s %s put back: %s", message.job, delivery.id, exc)
+        return Outcome(delivery.id, message.job, delivery.queue, State.RETRY, str(exc))
+
+    def _kill(self, delivery: Delivery, job: str, error: str) -> Outcome:
+        """Send a task that can never run to dead, without spending an attempt."""
+        if not self.broker.kill(delivery, error, "", spend=False):
+            return self._stale(delivery, job)
+        logger.error("task %s (%s) dead: %s", delivery.id, job, error)
+        return Outcome(delivery.id, job, delivery.queue, State.DEAD, error)
+
+    def _stale(self, delivery: Delivery, job: str) -> Outcome:
+        logger.warning(
+            "%s %s: outcome not written, the task was handed to another worker (lease lost)",
+            job, delivery.id,
+        )  # fmt: skip
+        return Outcome(delivery.id, job, delivery.queue, "stale")
