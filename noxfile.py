@@ -1,8 +1,12 @@
 """Every check CI runs: `make test` calls `nox` with no arguments, which runs them all."""
 
+from pathlib import Path
+
 import nox
 
-nox.options.sessions = ["lint", "docs", "tests"]
+ROOT = Path(__file__).resolve().parent
+
+nox.options.sessions = ["lint", "docs", "package", "tests"]
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 
@@ -25,6 +29,18 @@ def docs(session: nox.Session) -> None:
     session.run(
         "sphinx-build", "-W", "--keep-going", "-q", "-b", "html", "docs", "docs/_build/html"
     )
+
+
+@nox.session(python="3.12")
+def package(session: nox.Session) -> None:
+    """Build the wheel; it must hold every file of django_jobs/ and import in a clean venv."""
+    session.install("build", "uv")
+    dist = Path(session.create_tmp()) / "dist"
+    session.run("python", "-m", "build", "--wheel", "--installer", "uv", "--outdir", str(dist))
+    (wheel,) = dist.glob("django_jobs-*.whl")
+    session.run("python", ".ci/check_wheel.py", str(wheel))
+    session.install(str(wheel))
+    session.run("python", "-c", "import django_jobs.broker.scripts as s; assert s.SOURCES")
 
 
 @nox.session

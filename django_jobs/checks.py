@@ -223,3 +223,44 @@ def check_settings(
 ) -> list[CheckMessage]:
     """Check the JOBS setting."""
     return list(settings_errors())
+
+
+@register("django_jobs")
+def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check the registered job classes: unique names and valid class defaults."""
+    from django_jobs.jobs import registry
+
+    errors: list[CheckMessage] = []
+    for name, paths in sorted(registry.conflicts.items()):
+        errors.append(
+            _error(
+                11,
+                f"Job name {name!r} is registered by {len(paths)} classes: {', '.join(paths)}.",
+                "Give each job class a unique `name` class attribute; the name is what the "
+                "queue stores, so keep it stable across deploys.",
+            )
+        )
+    if settings_errors():
+        return errors  # the queues cannot be trusted; the settings errors say why
+    queues = raw_settings()["QUEUES"]
+    for name, job in sorted(registry.jobs.items()):
+        problems = []
+        if job.queue not in queues:
+            problems.append(f"queue {job.queue!r} is not one of JOBS['QUEUES'] ({queues})")
+        if job.max_attempts is not None and not is_valid_count(job.max_attempts):
+            problems.append(f"max_attempts {job.max_attempts!r} is not a whole number >= 1")
+        for attr in ("timeout", "idempotency_window"):
+            value = getattr(job, attr)
+            if value is not None and not is_valid_duration(value):
+                problems.append(f"{attr} {value!r} is not a positive duration")
+        if job.retention is not None and not is_valid_duration(job.retention, zero_ok=True):
+            problems.append(f"retention {job.retention!r} is not a duration of 0 or more")
+        for problem in problems:
+            errors.append(
+                _error(
+                    12,
+                    f"Job {name!r}: {problem}.",
+                    "Fix the class attribute, or leave it out to use the JOBS default.",
+                )
+            )
+    return errors

@@ -15,7 +15,8 @@ def run_burst(queues: Sequence[str] | None = None, max_tasks: int | None = None)
     that are not due yet (a delay, a retry's backoff) are left alone.
     """
     broker = get_broker()
-    processor = Processor(broker, queues)
+    # No connection hygiene: the test's own transaction must survive the jobs it runs.
+    processor = Processor(broker, queues, hygiene=False)
     outcomes: list[Outcome] = []
     while max_tasks is None or len(outcomes) < max_tasks:
         outcome = processor.process_one()

@@ -50,8 +50,13 @@ def _traceback() -> str:
     return text if len(text) <= MAX_TRACEBACK else "...\n" + text[-MAX_TRACEBACK:]
 
 
-def run_job(job: type[Job[Any]], payload: Any, context: JobContext) -> None:
-    """Run the job as a request would run a view: with fresh database connections."""
+def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: bool) -> None:
+    """Run the job; with hygiene, as a request runs a view: stale DB connections closed first
+    and after. Never with hygiene inside a caller's transaction (inline runs, tests): closing
+    the connection there would end the caller's transaction."""
+    if not hygiene:
+        job(context).run(payload)
+        return
     close_old_connections()
     try:
         job(context).run(payload)
@@ -70,7 +75,7 @@ def run_inline(job: type[Job[Any]], message: Message) -> str:
         idempotency_key=message.idempotency_key,
     )
     try:
-        run_job(job, payload_from_json(message.payload, job.payload_type), context)
+        run_job(job, payload_from_json(message.payload, job.payload_type), context, hygiene=False)
     except Exception:
         logger.exception(
             "%s %s failed (run inline: Redis is disabled, no retry)", job.name, message.id
@@ -82,8 +87,11 @@ def run_inline(job: type[Job[Any]], message: Message) -> str:
 class Processor:
     """Fetch tasks from the given queues in priority order and run them one at a time."""
 
-    def __init__(self, broker: RedisBroker, queues: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, broker: RedisBroker, queues: Sequence[str] | None = None, *, hygiene: bool = True
+    ) -> None:
         self.broker = broker
+        self.hygiene = hygiene
         self.settings = broker.settings
         self.queues = tuple(queues or self.settings.queues)
 
@@ -115,7 +123,7 @@ class Processor:
             idempotency_key=message.idempotency_key,
         )
         try:
-            run_job(job, payload, context)
+            run_job(job, payload, context, hygiene=self.hygiene)
         except Exception as exc:
             return self._failed(delivery, job, message, exc, _traceback())
         if not self.broker.ack(delivery, message.retention):

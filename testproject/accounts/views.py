@@ -2,8 +2,17 @@
 
 from django.contrib.auth import login
 from django.contrib.auth.forms import UserCreationForm
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+
+from django_jobs import DuplicateJob
+from testproject.accounts.jobs import SendWelcomeEmail, WelcomePayload
+
+
+class SignupForm(UserCreationForm):
+    class Meta(UserCreationForm.Meta):
+        fields = ("username", "email")
 
 
 def home(request: HttpRequest) -> HttpResponse:
@@ -11,9 +20,18 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 def signup(request: HttpRequest) -> HttpResponse:
-    form = UserCreationForm(request.POST or None)
+    form = SignupForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        user = form.save()
+        with transaction.atomic():
+            user = form.save()
+            try:
+                SendWelcomeEmail.enqueue(
+                    WelcomePayload(user_id=user.pk),
+                    idempotency_key=f"welcome:{user.pk}",
+                    on_commit=True,
+                )
+            except DuplicateJob:
+                pass  # the original is already on its way
         login(request, user, backend="django.contrib.auth.backends.ModelBackend")
         return redirect("home")
     return render(request, "accounts/signup.html", {"form": form})

@@ -1,0 +1,31 @@
+"""A wrong payload is a mypy error at the enqueue call: run mypy over tests/typing/cases."""
+
+import re
+from pathlib import Path
+
+from mypy import api
+
+CASES = Path(__file__).parent / "cases"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_enqueue__mypy_rejects_wrong_payloads(tmp_path: Path) -> None:
+    case = CASES / "enqueue.py"
+    expected = {
+        number: line.split("# E:")[1].strip()
+        for number, line in enumerate(case.read_text().splitlines(), start=1)
+        if "# E:" in line
+    }
+
+    stdout, stderr, _ = api.run(
+        ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path),
+         "--strict", str(case)]
+    )  # fmt: skip
+
+    errors: dict[int, str] = {}
+    for match in re.finditer(r"^.*?:(\d+): error: (.*)$", stdout, re.MULTILINE):
+        errors.setdefault(int(match[1]), "")
+        errors[int(match[1])] += match[2]
+    assert set(errors) == set(expected), stdout + stderr
+    for number, text in expected.items():
+        assert text in errors[number], f"line {number}: {errors[number]!r} lacks {text!r}"
