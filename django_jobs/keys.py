@@ -8,6 +8,7 @@ is built inside Lua, and always within the same slot.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -98,3 +99,18 @@ class QueueKeys:
     def failed(self, day: str) -> str:
         """Counter of failed runs on a UTC day (YYYY-MM-DD)."""
         return f"{self.prefix}:failed:{day}"
+
+
+def workers(namespace: str) -> str:
+    """Sorted set of worker ids, scored by their last heartbeat (epoch seconds)."""
+    return f"{namespace}:workers"
+
+
+def worker(namespace: str, worker_id: str) -> str:
+    """Hash describing one worker (host, pid, queues, tasks...); expires unless renewed."""
+    return f"{namespace}:worker:{worker_id}"
+
+
+def today() -> str:
+    """The UTC day that names today's processed/failed counters (YYYY-MM-DD)."""
+    return time.strftime("%Y-%m-%d", time.gmtime())

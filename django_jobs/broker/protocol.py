@@ -13,8 +13,8 @@ class Delivery:
 
     id: str
     queue: str
-    #: The encoded message, "" when the record is missing or has no message.
-    raw: str
+    #: The encoded message as stored, b"" when the record is missing or has no message.
+    raw: bytes
     #: Runs that failed before this one.
     attempts: int
     #: Times a worker died under this task before this run.

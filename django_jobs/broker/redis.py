@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 import redis
 from redis.backoff import NoBackoff
+from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
@@ -17,7 +17,7 @@ from django_jobs.broker import scripts
 from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerUnavailable
-from django_jobs.keys import QueueKeys, State
+from django_jobs.keys import QueueKeys, State, today
 
 #: Day counters outlive their day by a week, so "today" and recent days can be read.
 COUNTER_TTL = 8 * 86400
@@ -47,10 +47,6 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
 
 def _float(value: str | None) -> float | None:
     return float(value) if value else None
-
-
-def _day() -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime())
 
 
 class RedisBroker:
@@ -84,6 +80,17 @@ class RedisBroker:
     def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         with self.unavailable():
             return self.scripts[name](keys=keys, args=args)
+
+    def _run_raw(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script and return its reply as bytes, whatever the stored bytes are."""
+        script = self.scripts[name]
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        with self.unavailable():
+            try:
+                return self.client.execute_command(*command, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
+            except NoScriptError:
+                self.client.script_load(script.script)
+                return self.client.execute_command(*command, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -132,13 +139,18 @@ class RedisBroker:
         """Move the oldest pending task of the first non-empty, unpaused queue to active."""
         for queue in queues:
             k = self.keys(queue)
-            reply = self._run(
+            # Read raw: the message may hold bytes that are not UTF-8 (a corrupt record must
+            # reach the processor, which sends it to dead, rather than fail here).
+            reply = self._run_raw(
                 "dequeue",
                 [k.paused, k.pending, k.active, k.lease],
                 [k.task_prefix, self.settings.lease],
             )
             if reply:
-                task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = reply
+                raw = reply[1]
+                task_id, attempts, crashes, epoch, enqueued, unknown, deadline = (
+                    field.decode(errors="replace") for field in (reply[0], *reply[2:])
+                )
                 return Delivery(
                     id=task_id,
                     queue=queue,
@@ -161,7 +173,7 @@ class RedisBroker:
     def ack(self, delivery: Delivery, retention: float) -> bool:
         """Mark the task completed; False if the delivery is stale (nothing changed)."""
         k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.completed, k.processed(_day())]
+        keys = [k.task(delivery.id), k.active, k.lease, k.completed, k.processed(today())]
         return bool(self._run("ack", keys, [delivery.id, delivery.epoch, retention, COUNTER_TTL]))
 
     def retry(
@@ -176,7 +188,7 @@ class RedisBroker:
     ) -> bool:
         """Schedule another run after delay seconds; False if the delivery is stale."""
         k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.retry, k.failed(_day())]
+        keys = [k.task(delivery.id), k.active, k.lease, k.retry, k.failed(today())]
         args = [delivery.id, delivery.epoch, delay, error, traceback, int(spend), COUNTER_TTL,
                 int(unknown)]  # fmt: skip
         return bool(self._run("retry", keys, args))
@@ -184,7 +196,7 @@ class RedisBroker:
     def kill(self, delivery: Delivery, error: str, traceback: str, *, spend: bool = True) -> bool:
         """Move the task to dead with its error; False if the delivery is stale."""
         k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.dead, k.failed(_day())]
+        keys = [k.task(delivery.id), k.active, k.lease, k.dead, k.failed(today())]
         args = [delivery.id, delivery.epoch, error, traceback, int(spend), COUNTER_TTL]
         return bool(self._run("kill", keys, args))
 

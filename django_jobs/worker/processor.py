@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,10 +89,17 @@ class Processor:
     """Fetch tasks from the given queues in priority order and run them one at a time."""
 
     def __init__(
-        self, broker: RedisBroker, queues: Sequence[str] | None = None, *, hygiene: bool = True
+        self,
+        broker: RedisBroker,
+        queues: Sequence[str] | None = None,
+        *,
+        hygiene: bool = True,
+        guard: Callable[[float], AbstractContextManager[None]] = lambda timeout: nullcontext(),
     ) -> None:
         self.broker = broker
         self.hygiene = hygiene
+        #: Wraps each run given the task's timeout in seconds (the worker child's alarm).
+        self.guard = guard
         self.settings = broker.settings
         self.queues = tuple(queues or self.settings.queues)
 
@@ -122,13 +130,18 @@ class Processor:
             deadline=time.time() + message.timeout,
             idempotency_key=message.idempotency_key,
         )
+        started = time.monotonic()
         try:
-            run_job(job, payload, context, hygiene=self.hygiene)
+            with self.guard(message.timeout):
+                run_job(job, payload, context, hygiene=self.hygiene)
         except Exception as exc:
             return self._failed(delivery, job, message, exc, _traceback())
         if not self.broker.ack(delivery, message.retention):
             return self._stale(delivery, message.job)
-        logger.info("%s %s completed (attempt %d)", message.job, delivery.id, context.attempt)
+        logger.info(
+            "%s %s completed (attempt %d, %.3fs)",
+            message.job, delivery.id, context.attempt, time.monotonic() - started,
+        )  # fmt: skip
         return Outcome(delivery.id, message.job, delivery.queue, State.COMPLETED)
 
     def _failed(

@@ -6,11 +6,23 @@
 -- KEYS[3]  <ns>:{<q>}:idem:<job>:<key>   optional: the task's idempotency key
 -- ARGV[1]  task id
 -- ARGV[2]  the state the caller saw (scheduled, pending, retry, dead or completed)
--- Returns  1 when deleted; 0 when the task is gone; "active" when it is running (not deleted);
+-- Returns  1 when deleted (an id whose record is gone is removed from KEYS[2] too);
+--          0 when there was nothing to delete; "active" when it is running (not deleted);
 --          "moved" when its state is no longer ARGV[2] (read again and retry).
 local id = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then
+  -- No record (or no state in it): drop what is left, so an orphan id can be cleaned up.
+  local removed
+  if ARGV[2] == 'pending' then
+    removed = redis.call('LREM', KEYS[2], 0, id)
+  else
+    removed = redis.call('ZREM', KEYS[2], id)
+  end
+  removed = removed + redis.call('DEL', KEYS[1])
+  if removed > 0 then
+    return 1
+  end
   return 0
 end
 if state == 'active' then

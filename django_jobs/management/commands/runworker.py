@@ -1,16 +1,32 @@
-"""`manage.py runworker`: run the jobs worker."""
+"""`manage.py runworker`: parse options, build the supervisor, run it."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import autoreload
 
-from django_jobs.conf import get_settings
+from django_jobs.broker.redis import RedisBroker, connect
+from django_jobs.conf import JobsSettings, get_settings
+from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.worker.banner import banner, redis_warnings
+from django_jobs.worker.supervisor import POLL, Supervisor
 
 
 class Command(BaseCommand):
     help = "Run a django-jobs worker: fetch jobs from Redis and run them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--concurrency", type=int, help="child processes (JOBS CONCURRENCY)")
+        parser.add_argument("--queues", help="comma-separated queues, in priority order")
+        parser.add_argument("--burst", action="store_true", help="exit once no work is due")
+        parser.add_argument("--autoreload", action="store_true", help="restart on code change")
+        parser.add_argument("--max-tasks-per-child", type=int, help="recycle children after N")
+        parser.add_argument("--shutdown-timeout", type=float, help="seconds to finish on SIGTERM")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
@@ -22,4 +38,55 @@ class Command(BaseCommand):
                 "and start the worker again."
             )
             return
-        self.stderr.write("The worker is not built yet; see issue 4.")
+        queues = options["queues"].split(",") if options["queues"] else list(settings.queues)
+        unknown = [q for q in queues if q not in settings.queues]
+        if unknown:
+            raise CommandError(
+                f"Unknown queue(s) {', '.join(unknown)}; configured: {', '.join(settings.queues)}."
+            )
+        concurrency = options["concurrency"] or settings.concurrency
+        if concurrency < 1:
+            raise CommandError("--concurrency must be 1 or more.")
+        if options["max_tasks_per_child"] is not None:
+            settings = dataclasses.replace(
+                settings, max_tasks_per_child=options["max_tasks_per_child"]
+            )
+        if options["autoreload"]:
+            autoreload.run_with_reloader(self.run, settings, queues, concurrency, options)
+        else:
+            self.run(settings, queues, concurrency, options)
+
+    def run(
+        self, settings: JobsSettings, queues: list[str], concurrency: int, options: Any
+    ) -> None:
+        _log_to_stderr()
+        assert settings.redis_url is not None
+        client = connect(settings.redis_url, settings.enqueue_timeout, blocking=POLL)
+        broker = RedisBroker(client, settings)
+        for line in banner(broker, queues, concurrency):
+            self.stdout.write(line)
+        try:
+            with broker.unavailable():
+                for warning in redis_warnings(client):
+                    self.stderr.write(f"WARNING: {warning}")
+        except BrokerUnavailable as exc:
+            raise CommandError(str(exc)) from exc
+        supervisor = Supervisor(
+            broker,
+            queues,
+            concurrency,
+            burst=options["burst"],
+            shutdown_timeout=options["shutdown_timeout"],
+        )
+        sys.exit(supervisor.run())
+
+
+def _log_to_stderr() -> None:
+    """Show the worker's INFO lines unless the project's LOGGING already routes them."""
+    logger = logging.getLogger("django_jobs")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    if not logger.hasHandlers():
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
