@@ -28,6 +28,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_jobs",
     "testproject.accounts",
+    "testproject.probes",
 ]
 
 MIDDLEWARE = [
@@ -77,6 +78,8 @@ else:
 JOBS = {
     "REDIS_URL": REDIS_URL,
     "NAMESPACE": env("JOBS_NAMESPACE", default="jobs"),
+    # Any other JOBS key as JSON, e.g. JOBS_EXTRA='{"LEASE": 3}' (the worker tests use it).
+    **env.json("JOBS_EXTRA", default={}),
 }
 
 REST_FRAMEWORK = {

@@ -1,0 +1,86 @@
+"""Jobs the worker tests run in a real `runworker`: each reports what it did to Redis.
+
+Every report lives under `<namespace>:probe:` so that a test's namespace cleanup removes it.
+"""
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+
+from django_jobs import Job
+from django_jobs.client import get_broker
+
+
+def _key(name: str) -> str:
+    return f"{get_broker().settings.namespace}:probe:{name}"
+
+
+@dataclass(frozen=True)
+class Work:
+    tag: str
+    seconds: float = 0.0
+
+
+class Sleep(Job[Work]):
+    """Sleep, counting how many run at once (probe:running, probe:max_running)."""
+
+    def run(self, payload: Work) -> None:
+        client = get_broker().client
+        client.hset(_key("started"), payload.tag, f"{os.getpid()}:{self.context.attempt}")
+        running = client.incr(_key("running"))
+        client.eval(
+            "if tonumber(redis.call('GET', KEYS[1]) or 0) < tonumber(ARGV[1]) then "
+            "redis.call('SET', KEYS[1], ARGV[1]) end",
+            1,
+            _key("max_running"),
+            running,
+        )
+        try:
+            time.sleep(payload.seconds)
+        finally:
+            client.decr(_key("running"))
+        client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+
+
+class BusyLoop(Job[Work]):
+    """Spin in pure Python until interrupted."""
+
+    def run(self, payload: Work) -> None:
+        get_broker().client.hset(_key("started"), payload.tag, os.getpid())
+        n = 0
+        while True:
+            n += 1
+
+
+class SleepForever(Job[Work]):
+    def run(self, payload: Work) -> None:
+        get_broker().client.hset(_key("started"), payload.tag, os.getpid())
+        time.sleep(10**6)
+
+
+class SocketRead(Job[Work]):
+    """Block reading from a socket that never answers (the test listens on the port in seconds)."""
+
+    def run(self, payload: Work) -> None:
+        get_broker().client.hset(_key("started"), payload.tag, os.getpid())
+        with socket.create_connection(("127.0.0.1", int(payload.seconds))) as conn:
+            conn.recv(1)
+
+
+class HoldGil(Job[Work]):
+    """Stay inside one C call for a long time: signal handlers cannot run until it returns."""
+
+    def run(self, payload: Work) -> None:
+        get_broker().client.hset(_key("started"), payload.tag, os.getpid())
+        sum(range(10**11))
+
+
+class CrashOnce(Job[Work]):
+    """Kill its own process on the first run, succeed on the next."""
+
+    def run(self, payload: Work) -> None:
+        client = get_broker().client
+        if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
+            os.kill(os.getpid(), 9)
+        client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")

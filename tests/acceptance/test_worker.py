@@ -1,0 +1,173 @@
+"""`manage.py runworker` end to end: bounds, timeouts, crashes, shutdown, Redis restarts.
+
+Each test drives a real worker process and polls Redis with a deadline; none sleeps to wait.
+"""
+
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from django_jobs.inspector import get_inspector
+from testproject.probes.jobs import (
+    BusyLoop,
+    CrashOnce,
+    HoldGil,
+    Sleep,
+    SleepForever,
+    SocketRead,
+    Work,
+)
+from tests.acceptance.conftest import Worker, done, probe, started
+from tests.conftest import RedisNamespace, RedisServer, wait_until
+
+
+def task_state(task_id: str, queue: str = "default") -> Any:
+    return get_inspector().task(queue, task_id)
+
+
+def test_runworker__never_runs_more_than_concurrency(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given three slow jobs and two slots
+    Sleep.enqueue_many([Work(f"s{i}", seconds=0.5) for i in range(3)])
+
+    worker.start("--concurrency", "2")
+
+    # Then all three run, never more than two at once
+    wait_until(lambda: len(done(redis_ns)) == 3, timeout=30)
+    assert redis_ns.client.get(probe(redis_ns, "max_running")) == b"2"
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A TCP port that accepts connections and never sends a byte."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield server.getsockname()[1]
+
+
+def test_runworker__every_kind_of_timeout_frees_its_slot(
+    worker: Worker, redis_ns: RedisNamespace, silent_port: int
+) -> None:
+    # Given one slot and four jobs that never finish on their own, then a quick one
+    stuck = [
+        BusyLoop.enqueue(Work("busy"), timeout=1, max_attempts=1),
+        SleepForever.enqueue(Work("sleep"), timeout=1, max_attempts=1),
+        SocketRead.enqueue(Work("socket", seconds=silent_port), timeout=1, max_attempts=1),
+        HoldGil.enqueue(Work("gil"), timeout=1, max_attempts=1),
+    ]
+    Sleep.enqueue(Work("after"))
+
+    worker.start("--concurrency", "1")
+
+    # Then each is interrupted (the C call only by killing its child), and the slot is reused
+    wait_until(lambda: done(redis_ns) == ["after:1:0"], timeout=60)
+    for handle in stuck:
+        task = task_state(handle.id)
+        assert task.state == "dead", (handle.job, worker.output())
+        assert "timed out after 1 s" in task.error
+    gil = task_state(stuck[-1].id)
+    assert "killed after the grace period" in gil.error
+
+
+def test_runworker__timeout_is_retried_with_an_attempt_spent(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    handle = SleepForever.enqueue(Work("sleep"), timeout=0.5, max_attempts=2)
+
+    worker.start("--concurrency", "1")
+
+    wait_until(
+        lambda: (task_state(handle.id).state, task_state(handle.id).attempts) == ("retry", 1)
+    )
+    assert task_state(handle.id).error == "JobTimeout: timed out after 0.5 s"
+
+
+def test_runworker__killed_child_task_comes_back_without_spending_an_attempt(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given a job whose process dies under it on the first run
+    CrashOnce.enqueue(Work("crash"))
+
+    worker.start("--concurrency", "2")
+
+    # Then it runs again at once in a new child, as attempt 1 with one crash counted
+    wait_until(lambda: done(redis_ns) == ["crash:1:1"], timeout=20)
+    assert "died (killed by SIGKILL) while running it" in worker.output()
+
+
+def test_runworker__kill_9_of_a_child_mid_task(worker: Worker, redis_ns: RedisNamespace) -> None:
+    handle = Sleep.enqueue(Work("slow", seconds=1))
+    worker.start("--concurrency", "1")
+    pid = started(redis_ns, "slow")
+
+    os.kill(pid, signal.SIGKILL)
+
+    wait_until(lambda: done(redis_ns) == ["slow:1:1"], timeout=20)
+    assert task_state(handle.id).attempts == 0
+
+
+def test_runworker__sigterm_lets_the_running_task_finish(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    handle = Sleep.enqueue(Work("slow", seconds=1))
+    worker.start("--concurrency", "1")
+    started(redis_ns, "slow")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=20) == 0
+    assert done(redis_ns) == ["slow:1:0"]
+    assert task_state(handle.id).state == "completed"
+
+
+def test_runworker__shutdown_timeout_puts_the_task_back_unspent(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    handle = Sleep.enqueue(Work("long", seconds=60))
+    worker.start("--concurrency", "1", "--shutdown-timeout", "0.5")
+    started(redis_ns, "long")
+
+    worker.signal(signal.SIGTERM)
+
+    assert worker.wait(timeout=20) == 0
+    task = task_state(handle.id)
+    assert (task.state, task.attempts, task.crashes) == ("pending", 0, 0)
+
+
+def test_runworker__burst_drains_and_exits_0(worker: Worker, redis_ns: RedisNamespace) -> None:
+    Sleep.enqueue_many([Work(f"b{i}") for i in range(20)])
+
+    worker.start("--concurrency", "2", "--burst")
+
+    assert worker.wait(timeout=30) == 0, worker.output()
+    assert sorted(done(redis_ns)) == sorted(f"b{i}:1:0" for i in range(20))
+
+
+def test_runworker__survives_redis_restarting_under_it(
+    worker: Worker, redis_ns: RedisNamespace, private_redis: RedisServer, settings: Any
+) -> None:
+    # Given a worker on a Redis of the test's own
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url}
+    worker.url = private_redis.url
+    worker.start("--concurrency", "1")
+    Sleep.enqueue(Work("before"))
+    wait_until(lambda: done(redis_ns_on(private_redis, redis_ns)) == ["before:1:0"], timeout=20)
+
+    # When Redis restarts (and, keeping nothing on disk, forgets everything)
+    private_redis.restart()
+    Sleep.enqueue(Work("after"))
+
+    # Then the same worker takes new work
+    wait_until(lambda: done(redis_ns_on(private_redis, redis_ns)) == ["after:1:0"], timeout=30)
+    assert worker.process is not None
+    assert worker.process.poll() is None
+
+
+def redis_ns_on(server: RedisServer, ns: RedisNamespace) -> RedisNamespace:
+    return RedisNamespace(server.url, ns.namespace, server.client())
