@@ -17,7 +17,7 @@ from django_jobs.broker import scripts
 from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerUnavailable
-from django_jobs.keys import QueueKeys, State, today
+from django_jobs.keys import QueueKeys, State, today, worker, workers
 
 #: Day counters outlive their day by a week, so "today" and recent days can be read.
 COUNTER_TTL = 8 * 86400
@@ -241,6 +241,15 @@ class RedisBroker:
         k = self.keys(queue)
         args = [k.task_prefix, self.settings.dead_max_tasks, self.settings.dead_max_age, limit]
         return int(self._run("janitor", [k.completed, k.dead], args))
+
+    def beat(self, worker_id: str, info: dict[str, str | int | float], ttl: float) -> None:
+        """Publish a worker in the registry for ttl seconds (renewed by the next beat)."""
+        namespace = self.settings.namespace
+        args: list[Any] = [worker_id, max(1, round(ttl))]
+        for name, value in info.items():
+            args += [name, value]
+        keys = [workers(namespace), worker(namespace, worker_id)]
+        self._run("beat", keys, args)
 
     # -- operator actions (through the Inspector) ------------------------------------------
 

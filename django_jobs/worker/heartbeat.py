@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from django_jobs import keys
 from django_jobs.broker.protocol import Delivery
@@ -60,19 +58,10 @@ class Heartbeat(Component):
         self.lost &= {d.id for d in deliveries}
 
     def beat(self, deliveries: Sequence[Delivery]) -> None:
-        namespace = self.broker.settings.namespace
-        ttl = max(1, round(self.interval * MISSED_BEATS))
-        now = time.time()
-        tasks = [{"id": d.id, "queue": d.queue} for d in deliveries]
-        entry: dict[Any, str | int | float] = {**self.info, "last_beat": now}
-        entry["tasks"] = json.dumps(tasks)
-        pipe = self.broker.client.pipeline(transaction=False)
-        pipe.hset(keys.worker(namespace, self.worker_id), mapping=entry)
-        pipe.expire(keys.worker(namespace, self.worker_id), ttl)
-        pipe.zadd(keys.workers(namespace), {self.worker_id: now})
-        pipe.zremrangebyscore(keys.workers(namespace), "-inf", now - ttl)
-        with self.broker.unavailable():
-            pipe.execute()
+        tasks = json.dumps([{"id": d.id, "queue": d.queue} for d in deliveries])
+        self.broker.beat(
+            self.worker_id, {**self.info, "tasks": tasks}, self.interval * MISSED_BEATS
+        )
 
     def stop(self) -> None:
         """Remove this worker from the registry."""

@@ -171,7 +171,9 @@ class Processor:
     def _unknown(self, delivery: Delivery, message: Message, exc: UnknownJob) -> Outcome:
         """Bounce a task of a job type this process does not know, until the grace runs out."""
         first = delivery.first_unknown_at
-        if first is not None and time.time() - first >= self.settings.unknown_job_grace:
+        # Both times are Redis TIME: the lease deadline was set at dequeue to now + LEASE.
+        now = delivery.lease_deadline - self.settings.lease
+        if first is not None and now - first >= self.settings.unknown_job_grace:
             error = f"{exc} (bounced for {self.settings.unknown_job_grace:.0f}s)"
             return self._kill(delivery, message.job, error)
         if not self.broker.retry(

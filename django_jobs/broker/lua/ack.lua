@@ -9,9 +9,12 @@
 -- ARGV[2]  epoch the caller was given by dequeue
 -- ARGV[3]  retention in seconds (0: delete the record now)
 -- ARGV[4]  lifetime of the day counter in seconds
--- Returns  1 when acked; 0 when the task is no longer this caller's (stale epoch or not
---          active): nothing changed.
+-- Returns  1 when acked (also when replayed after it applied); 0 when the task is no longer
+--          this caller's (stale epoch or not active): nothing changed.
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
+if f[2] == ARGV[2] and f[1] == 'completed' then
+  return 1  -- a replay of this very call (redis-py retried it after a timeout)
+end
 if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0
 end

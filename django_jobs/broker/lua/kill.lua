@@ -12,8 +12,12 @@
 -- ARGV[4]  traceback
 -- ARGV[5]  "1": the run counts as a spent attempt; "0": it does not (undecodable, unknown type)
 -- ARGV[6]  lifetime of the day counter in seconds
--- Returns  1 when moved to dead; 0 when the task is no longer this caller's: nothing changed.
+-- Returns  1 when moved to dead (also when replayed after it applied); 0 when the task is no
+--          longer this caller's: nothing changed.
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
+if f[2] == ARGV[2] and f[1] == 'dead' then
+  return 1  -- a replay of this very call (redis-py retried it after a timeout)
+end
 if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0
 end

@@ -13,8 +13,12 @@
 -- ARGV[6]  "1": the run counts as a spent attempt and a failure; "0": it does not (a bounce)
 -- ARGV[7]  lifetime of the day counter in seconds
 -- ARGV[8]  "1": the job type is unknown here (keep when that was first seen); "0": it is known
--- Returns  1 when moved to retry; 0 when the task is no longer this caller's: nothing changed.
+-- Returns  1 when moved to retry (also when replayed after it applied); 0 when the task is no
+--          longer this caller's: nothing changed.
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
+if f[2] == ARGV[2] and f[1] == 'retry' then
+  return 1  -- a replay of this very call (redis-py retried it after a timeout)
+end
 if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0
 end
