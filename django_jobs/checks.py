@@ -14,6 +14,7 @@
 | django_jobs.E010    | HEARTBEAT_INTERVAL is not shorter than LEASE                   |
 | django_jobs.E011    | two job classes share one registered name                      |
 | django_jobs.E012    | a job class default (queue, attempts, timeout...) is invalid   |
+| django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.apps import AppConfig
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
 
 from django_jobs.conf import (
     COUNTS,
@@ -264,3 +266,39 @@ def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
                 )
             )
     return errors
+
+
+@register(Tags.database)
+def check_database_connections(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """Warn when one worker may hold as many connections as PostgreSQL allows in all.
+
+    A database check: it runs with `migrate` and `check --database default`, not on every
+    command, because it asks the database.
+    """
+    if not databases or settings_errors():
+        return []
+    concurrency = raw_settings()["CONCURRENCY"]
+    warnings: list[CheckMessage] = []
+    for alias in databases:
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            continue
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW max_connections")
+            (row,) = cursor.fetchall()
+        allowed = int(row[0])
+        if concurrency >= allowed:
+            warnings.append(
+                Warning(
+                    f"JOBS['CONCURRENCY'] is {concurrency}: one worker may hold {concurrency} "
+                    f"connections to database {alias!r}, which allows {allowed} in all.",
+                    hint="Lower CONCURRENCY, raise max_connections, or put a pooler "
+                    "(PgBouncer) in front; count every worker and web process.",
+                    id="django_jobs.W001",
+                )
+            )
+    return warnings

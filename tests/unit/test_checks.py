@@ -76,3 +76,20 @@ def test_check_settings__redis_url_password_is_not_echoed() -> None:
     with override_settings(JOBS={"REDIS_URL": "http://user:hunter2@host:6379"}):
         (message,) = check_settings()
     assert "hunter2" not in message.msg
+
+
+@pytest.mark.django_db
+def test_check_database_connections__warns_past_max_connections() -> None:
+    from django.db import connection
+
+    from django_jobs.checks import check_database_connections
+
+    with override_settings(JOBS={"CONCURRENCY": 1_000_000}):
+        messages = check_database_connections(databases=["default"])
+    with override_settings(JOBS={"CONCURRENCY": 2}):
+        quiet = check_database_connections(databases=["default"])
+
+    # PostgreSQL reports its limit; SQLite has none to exceed.
+    expected = ["django_jobs.W001"] if connection.vendor == "postgresql" else []
+    assert [m.id for m in messages] == expected
+    assert quiet == []
