@@ -62,9 +62,27 @@ def decode(raw: str | bytes) -> Message:
         message = Message(**body)
     except TypeError as exc:
         raise DecodeError(f"the task record does not have the expected fields: {exc}") from exc
-    if not isinstance(message.payload, dict) or not isinstance(message.job, str):
-        raise DecodeError("the task record's job or payload has the wrong type")
+    problems = [name for name, ok in _field_checks(message) if not ok]
+    if problems:
+        raise DecodeError(f"the task record has fields of the wrong type: {', '.join(problems)}")
     return message
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _field_checks(m: Message) -> list[tuple[str, bool]]:
+    return [
+        ("id", isinstance(m.id, str)),
+        ("job", isinstance(m.job, str)),
+        ("queue", isinstance(m.queue, str)),
+        ("payload", isinstance(m.payload, dict)),
+        ("max_attempts", isinstance(m.max_attempts, int) and not isinstance(m.max_attempts, bool)),
+        ("timeout", _number(m.timeout) and m.timeout > 0),
+        ("retention", _number(m.retention) and m.retention >= 0),
+        ("idempotency_key", m.idempotency_key is None or isinstance(m.idempotency_key, str)),
+    ]
 
 
 def payload_to_json(payload: object, payload_type: type[Any]) -> dict[str, Any]:
@@ -98,8 +116,8 @@ def payload_from_json(data: dict[str, Any], payload_type: type[Any]) -> Any:
     """Build the payload dataclass from decoded JSON, or raise DecodeError saying why not."""
     try:
         return payload_type(**data)
-    except TypeError as exc:
+    except Exception as exc:  # TypeError for fields, anything from a __post_init__
         raise DecodeError(
-            f"the payload does not match {payload_type.__qualname__}: {exc} (was the payload "
-            f"class changed while this task waited?)"
+            f"the payload does not match {payload_type.__qualname__}: {type(exc).__name__}: "
+            f"{exc} (was the payload class changed while this task waited?)"
         ) from exc

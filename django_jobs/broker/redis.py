@@ -255,6 +255,8 @@ class RedisBroker:
 
     def run_now(self, queue: str, task_id: str, state: str) -> bool:
         """Move a scheduled, retry or dead task to pending now; False if it is not there."""
+        if state not in (State.SCHEDULED, State.RETRY, State.DEAD):
+            raise ValueError(f"only scheduled, retry and dead tasks can run now, not {state}")
         k = self.keys(queue)
         keys = [k.task(task_id), k.state(state), k.pending, k.wake]
         return bool(self._run("run_now", keys, [task_id, int(state == State.DEAD)]))

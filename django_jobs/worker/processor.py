@@ -174,7 +174,7 @@ class Processor:
         # Both times are Redis TIME: the lease deadline was set at dequeue to now + LEASE.
         now = delivery.lease_deadline - self.settings.lease
         if first is not None and now - first >= self.settings.unknown_job_grace:
-            error = f"{exc} (bounced for {self.settings.unknown_job_grace:.0f}s)"
+            error = f"{exc} (bounced for {self.settings.unknown_job_grace:g}s)"
             return self._kill(delivery, message.job, error)
         if not self.broker.retry(
             delivery, self.settings.unknown_job_delay, str(exc), "", spend=False, unknown=True

@@ -12,8 +12,10 @@
 -- Returns  1 when acked (also when replayed after it applied); 0 when the task is no longer
 --          this caller's (stale epoch or not active): nothing changed.
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
-if f[2] == ARGV[2] and f[1] == 'completed' then
-  return 1  -- a replay of this very call (redis-py retried it after a timeout)
+if (f[2] == ARGV[2] and f[1] == 'completed') or not f[1] then
+  -- A replay of this very call (redis-py retried it after a timeout); with retention 0 the
+  -- first call deleted the record. An active task's record is never deleted otherwise.
+  return 1
 end
 if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0

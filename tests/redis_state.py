@@ -1,0 +1,104 @@
+"""The state of a test's Redis namespace as plain data, for whole-state comparisons.
+
+Snapshots name keys without the namespace (`{default}:t:a`), replace times with their distance
+from Redis' own clock ("now" for anything during the test, "now+30" for a lease 30 s away) and
+parse the `msg` field, so that a whole namespace compares exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import redis
+
+from tests.conftest import RedisNamespace
+
+#: Hash fields holding a time (epoch seconds, Redis clock).
+TIME_FIELDS = frozenset(
+    {
+        "enqueued_at",
+        "started_at",
+        "completed_at",
+        "failed_at",
+        "died_at",
+        "next_at",
+        "first_unknown_at",
+    }
+)
+#: A past time closer than this to the snapshot is shown as "now": tests last less than this.
+RECENT = 10.0
+UNCHANGED: Any = object()
+
+
+# -- snapshot -----------------------------------------------------------------------------------
+
+
+def redis_now(client: redis.Redis) -> float:
+    """Redis' clock, the one every script uses."""
+    seconds, micros = client.time()
+    return seconds + micros / 1_000_000
+
+
+def when(value: float, now: float) -> str:
+    """A time as its distance from now in whole seconds: "now", "now+30", "now-7200"."""
+    offset = value - now
+    if -RECENT < offset < 0.5:
+        return "now"
+    return f"now{round(offset):+d}"
+
+
+def _hash(raw: dict[bytes, bytes], now: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for field, value in raw.items():
+        name, text = field.decode(), value.decode(errors="backslashreplace")
+        if name in TIME_FIELDS:
+            out[name] = when(float(text), now)
+        elif name == "msg":
+            try:
+                out[name] = json.loads(text)
+            except ValueError:
+                out[name] = text
+        else:
+            out[name] = text
+    return out
+
+
+def snapshot(ns: RedisNamespace) -> dict[str, tuple[Any, ...]]:
+    """Every key under the namespace: name -> (type, content) or (type, content, ttl seconds)."""
+    client: Any = ns.client  # bytes replies
+    now = redis_now(client)
+    out: dict[str, tuple[Any, ...]] = {}
+    for key in ns.keys():
+        name = key.removeprefix(f"{ns.namespace}:")
+        name = re.sub(r":(processed|failed):\d{4}-\d{2}-\d{2}$", r":\1:<day>", name)
+        kind = client.type(key).decode()
+        content: Any
+        if kind == "string":
+            content = client.get(key).decode()
+        elif kind == "list":
+            content = [v.decode() for v in client.lrange(key, 0, -1)]
+        elif kind == "hash":
+            content = _hash(client.hgetall(key), now)
+        elif kind == "zset":
+            content = [
+                (m.decode(), when(s, now)) for m, s in client.zrange(key, 0, -1, withscores=True)
+            ]
+        elif kind == "set":
+            content = sorted(v.decode() for v in client.smembers(key))
+        else:
+            raise AssertionError(f"unexpected {kind} at {key}")
+        ttl = client.pttl(key)
+        out[name] = (kind, content) if ttl < 0 else (kind, content, round(ttl / 1000))
+    return out
+
+
+def q(structure: str, queue: str = "default") -> str:
+    """A queue key as snapshots name it."""
+    return f"{{{queue}}}:{structure}"
+
+
+def t(task_id: str, queue: str = "default") -> str:
+    """A task record key as snapshots name it."""
+    return q(f"t:{task_id}", queue)
