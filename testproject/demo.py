@@ -37,7 +37,11 @@ def main() -> int:
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True)
     subprocess.run([*manage, "shell", "-c", CREATE_ADMIN], env=env, check=True)
-    worker = subprocess.Popen([*manage, "runworker"], env=env) if "REDIS_URL" in env else None
+    worker = (
+        subprocess.Popen([*manage, "runworker", "--autoreload", "--concurrency", "2"], env=env)
+        if "REDIS_URL" in env
+        else None
+    )
     try:
         return subprocess.call([*manage, "runserver", port], env=env)
     except KeyboardInterrupt:
