@@ -11,6 +11,7 @@ the admin is where an operator goes to find such a task and delete it.
 
 from __future__ import annotations
 
+import json
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any
 
 from redis.client import NEVER_DECODE
 
+from django_jobs import keys
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.exceptions import UnknownQueue
@@ -102,6 +104,31 @@ class TaskPage:
     has_next: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RunningTask:
+    """A task a worker runs right now (as of its last heartbeat)."""
+
+    id: str
+    queue: str
+    #: The job name, or None if the record is gone (finished since the beat) or undecodable.
+    job: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live worker as its last heartbeat described it."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: datetime | None
+    last_beat: datetime | None
+    #: One entry per busy slot; idle slots are concurrency - len(tasks).
+    tasks: tuple[RunningTask, ...]
+
+
 def _check_state(state: str) -> None:
     if state not in State.ALL:
         raise ValueError(f"Unknown state {state!r}: use one of {', '.join(State.ALL)}.")
@@ -162,6 +189,28 @@ def _task_info(queue: str, task_id: str, record: dict[bytes, bytes], listed: str
         decode_error=problem,
         raw=f.get("msg", ""),
     )
+
+
+def _running_tasks(value: str | None) -> list[tuple[str, str]]:
+    """(id, queue) of each task in a heartbeat's task list, skipping malformed entries."""
+    try:
+        entries = json.loads(value or "[]")
+    except ValueError:
+        return []
+    if not isinstance(entries, list):
+        return []
+    return [
+        (str(e["id"]), str(e["queue"]))
+        for e in entries
+        if isinstance(e, dict) and e.get("id") and e.get("queue")
+    ]
+
+
+def _job_name(raw: bytes | None) -> str | None:
+    try:
+        return decode(raw or b"").job
+    except DecodeError:
+        return None
 
 
 class Inspector:
@@ -296,6 +345,48 @@ class Inspector:
             if info is not None:
                 return info
         return None
+
+    def workers(self) -> list[WorkerInfo]:
+        """Return the live workers (those whose heartbeat has not expired), in id order.
+
+        Three round trips whatever the fleet: the registry, every worker's hash, then the job
+        name of every running task.
+        """
+        namespace = self.broker.settings.namespace
+        with self.broker.unavailable():
+            ids = sorted(
+                typing.cast("list[str]", self.client.zrange(keys.workers(namespace), 0, -1))
+            )
+        pipe = self.client.pipeline(transaction=False)
+        for worker_id in ids:
+            pipe.hgetall(keys.worker(namespace, worker_id))
+        with self.broker.unavailable():
+            hashes: list[dict[str, str]] = pipe.execute()
+        # A worker that stopped beating keeps its registry entry until the next beat of any
+        # worker drops it, but its hash has expired: it is not listed.
+        found = [(i, h) for i, h in zip(ids, hashes, strict=True) if h]
+        running = [_running_tasks(h.get("tasks")) for _, h in found]
+        refs = [(q, t) for slots in running for (t, q) in slots]
+        tasks: Any = self.client.pipeline(transaction=False)  # Any: execute_command is untyped
+        for queue, task_id in refs:
+            key = self.broker.keys(queue).task(task_id)
+            tasks.execute_command("HGET", key, "msg", **{NEVER_DECODE: True})
+        with self.broker.unavailable():
+            messages: list[bytes | None] = tasks.execute() if refs else []
+        jobs = {ref: _job_name(raw) for ref, raw in zip(refs, messages, strict=True)}
+        return [
+            WorkerInfo(
+                id=worker_id,
+                host=h.get("host", ""),
+                pid=_int(h.get("pid")),
+                queues=tuple(q for q in h.get("queues", "").split(",") if q),
+                concurrency=_int(h.get("concurrency")),
+                started_at=_time(h.get("started")),
+                last_beat=_time(h.get("last_beat")),
+                tasks=tuple(RunningTask(t, q, jobs.get((q, t))) for t, q in slots),
+            )
+            for (worker_id, h), slots in zip(found, running, strict=True)
+        ]
 
     # -- acting -----------------------------------------------------------------------------
 

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar
 
 import pytest
 
-from django_jobs import DuplicateJob, Job, UnknownQueue, inspector
+from django_jobs import DuplicateJob, Job, UnknownQueue, inspector, keys
 from django_jobs.client import get_broker
 from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import State
 from django_jobs.message import Message, encode
 from django_jobs.testing import run_burst
+from django_jobs.worker.heartbeat import Heartbeat
 from tests.conftest import RedisNamespace
 
 
@@ -433,3 +435,70 @@ def test_delete_all_dead__deletes_in_batches_and_releases_keys(
 
     assert depths(insp)["dead"] == 0
     assert Fails.enqueue(Note("again"), idempotency_key="k0").state == "pending"
+
+
+# -- workers --------------------------------------------------------------------------------
+
+
+def test_workers__lists_live_workers_with_their_running_tasks(
+    insp: Inspector, redis_ns: RedisNamespace
+) -> None:
+    # Given a worker running one task (its heartbeat published it) and an idle one ...
+    task_id = Noop.enqueue(Note("x")).id
+    delivery = get_broker().dequeue(["default"])
+    assert delivery is not None
+    info: dict[str, str | int | float] = {
+        "host": "web-1",
+        "pid": 4242,
+        "queues": "critical,default",
+        "concurrency": 4,
+        "started": 1_700_000_000.5,
+    }
+    Heartbeat(get_broker(), "web-1:4242:aaaaaa", info, lambda: [delivery]).tick()
+    idle = Heartbeat(get_broker(), "web-2:7:bbbbbb", {**info, "host": "web-2"}, list)
+    idle.tick()
+    # ... one whose task finished and was deleted since its beat, so the job is unknown ...
+    Heartbeat(
+        get_broker(), "web-3:9:cccccc", info, lambda: [dataclasses.replace(delivery, id="gone")]
+    ).tick()
+    # ... and one that stopped beating: its hash expired, its registry entry is left over.
+    redis_ns.client.zadd(keys.workers(redis_ns.namespace), {"web-4:1:dddddd": 1})
+
+    workers = insp.workers()
+
+    assert [w.id for w in workers] == ["web-1:4242:aaaaaa", "web-2:7:bbbbbb", "web-3:9:cccccc"]
+    busy, free, stale = workers
+    assert (busy.host, busy.pid, busy.queues, busy.concurrency) == (
+        "web-1",
+        4242,
+        ("critical", "default"),
+        4,
+    )
+    assert busy.started_at == datetime.fromtimestamp(1_700_000_000.5, UTC)
+    assert busy.last_beat is not None
+    assert abs((datetime.now(UTC) - busy.last_beat).total_seconds()) < 60
+    assert busy.tasks == (inspector.RunningTask(task_id, "default", Noop.name),)
+    assert (free.host, free.tasks) == ("web-2", ())
+    assert stale.tasks == (inspector.RunningTask("gone", "default", None),)
+
+    idle.stop()
+
+    assert [w.id for w in insp.workers()] == ["web-1:4242:aaaaaa", "web-3:9:cccccc"]
+
+
+def test_workers__tolerates_malformed_heartbeats(insp: Inspector, redis_ns: RedisNamespace) -> None:
+    ns = redis_ns.namespace
+    redis_ns.client.zadd(keys.workers(ns), {"odd": 1})
+    redis_ns.client.hset(
+        keys.worker(ns, "odd"),
+        mapping={"pid": "x", "started": "soon", "tasks": '[1, {"id": "a"}, "b"]'},
+    )
+
+    (worker,) = insp.workers()
+
+    assert (worker.host, worker.pid, worker.queues, worker.concurrency) == ("", 0, (), 0)
+    assert (worker.started_at, worker.last_beat, worker.tasks) == (None, None, ())
+
+
+def test_workers__empty_without_workers(insp: Inspector) -> None:
+    assert insp.workers() == []
