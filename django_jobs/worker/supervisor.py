@@ -48,6 +48,10 @@ logger = logging.getLogger("django_jobs.worker.supervisor")
 #: Longest the supervisor blocks on Redis or its children before it looks around again
 #: (signals, dead children, timeouts, due loops): bounds how late any of those is handled.
 POLL = 1.0
+#: Seconds between dequeue attempts while no wake-up token arrives. Every way in to pending
+#: pushes a token (enqueue, forward, recover, requeue, retry now); this catches the rest
+#: (a queue resumed, tokens lost with a Redis restart) at little cost to an idle worker.
+RECHECK = 5.0
 
 
 @dataclass
@@ -86,6 +90,9 @@ class Supervisor:
         )
         self.slots: list[Slot] = []
         self.signals = 0
+        #: Whether a dequeue may find work: set by wake-up tokens, cleared by an empty dequeue.
+        self.maybe_work = True
+        self.recheck_at = 0.0
         self.stop_deadline: float | None = None
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.heartbeat = Heartbeat(broker, self.worker_id, self.info(), self.running)
@@ -164,18 +171,24 @@ class Supervisor:
             self._collect(timeout=min(POLL, until_next_tick))
             return
         try:
-            delivery = self.broker.dequeue(self.queues)
-            if delivery is not None:
-                self._dispatch(free[0], delivery)
-                return
-            if self.burst:
+            if self.maybe_work or time.monotonic() >= self.recheck_at:
+                delivery = self.broker.dequeue(self.queues)
+                if delivery is not None:
+                    self._dispatch(free[0], delivery)
+                    return
+                self.maybe_work = False
+                self.recheck_at = time.monotonic() + RECHECK
+            if self.burst:  # no blocking wait: look again after each task, then stop
+                self.maybe_work = True
                 if self.running():
                     self._collect(timeout=POLL)
                 elif not sum(self.broker.forward(q) for q in self.queues):
                     logger.info("burst: no work is due, stopping")
                     self.stop_deadline = time.monotonic()
                 return
-            self.broker.wait_for_work(self.queues, timeout=min(POLL, max(until_next_tick, 0.01)))
+            self.maybe_work = self.broker.wait_for_work(
+                self.queues, timeout=min(POLL, max(until_next_tick, 0.01))
+            )
         except BrokerUnavailable as exc:
             logger.warning("%s; trying again in %gs", exc, POLL)
             self._collect(timeout=POLL)

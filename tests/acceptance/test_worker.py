@@ -6,6 +6,7 @@ Each test drives a real worker process and polls Redis with a deadline; none sle
 import os
 import signal
 import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,3 +172,44 @@ def test_runworker__survives_redis_restarting_under_it(
 
 def redis_ns_on(server: RedisServer, ns: RedisNamespace) -> RedisNamespace:
     return RedisNamespace(server.url, ns.namespace, server.client())
+
+
+def test_runworker__recycles_children_after_max_tasks(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    Sleep.enqueue_many([Work(f"r{i}") for i in range(3)])
+
+    worker.start("--concurrency", "1", "--max-tasks-per-child", "1", "--burst")
+
+    assert worker.wait(timeout=30) == 0, worker.output()
+    pids = {v.decode().split(":")[0] for v in redis_ns.client.hvals(probe(redis_ns, "started"))}
+    assert len(pids) == 3
+    assert len(done(redis_ns)) == 3
+
+
+def test_runworker__idle_worker_wakes_within_milliseconds_and_stays_quiet(
+    worker: Worker, redis_ns: RedisNamespace, private_redis: RedisServer, settings: Any
+) -> None:
+    # Given a worker alone on a Redis of its own, idle
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url}
+    worker.url = private_redis.url
+    worker.start("--concurrency", "2")
+    client = private_redis.client()
+    wait_until(lambda: client.zcard(f"{redis_ns.namespace}:workers"), timeout=20)
+
+    def commands() -> int:
+        return sum(int(v["calls"]) for v in client.info("commandstats").values())
+
+    # When it has nothing to do for a few seconds
+    before, since = commands(), time.monotonic()
+    wait_until(lambda: time.monotonic() - since > 3, timeout=5, interval=0.5)
+    per_second = (commands() - before - 1) / (time.monotonic() - since)
+
+    # Then it sends a few commands a second (Lua's inner calls included), not a busy poll...
+    assert per_second < 40, per_second
+    # ...and still picks up a job at once
+    on_private = redis_ns_on(private_redis, redis_ns)
+    sent = time.monotonic()
+    Sleep.enqueue(Work("wake"))
+    wait_until(lambda: done(on_private) == ["wake:1:0"], timeout=5, interval=0.005)
+    assert time.monotonic() - sent < 1.0

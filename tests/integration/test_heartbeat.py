@@ -1,0 +1,63 @@
+"""The heartbeat renews leases of running tasks and keeps the worker registry fresh."""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django_jobs import Job
+from django_jobs.client import get_broker
+from django_jobs.worker.heartbeat import Heartbeat
+from tests.conftest import RedisNamespace, wait_until
+
+
+@dataclass(frozen=True)
+class Nothing:
+    pass
+
+
+class Idle(Job[Nothing]):
+    def run(self, payload: Nothing) -> None:
+        pass
+
+
+def test_heartbeat__publishes_worker_and_extends_its_leases(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "LEASE": 30, "HEARTBEAT_INTERVAL": 1}
+    broker = get_broker()
+    Idle.enqueue(Nothing(), queue="default")
+    delivery = broker.dequeue(["default"])
+    assert delivery is not None
+    lease_key = broker.keys("default").lease
+    redis_ns.client.zadd(lease_key, {delivery.id: 1})  # about to expire
+    beat = Heartbeat(broker, "w1", {"host": "h", "pid": 1}, lambda: [delivery])
+
+    beat.tick()
+
+    assert redis_ns.client.zscore(lease_key, delivery.id) > 1_000_000_000
+    entry = redis_ns.client.hgetall(f"{redis_ns.namespace}:worker:w1")
+    assert entry[b"host"] == b"h"
+    assert json.loads(entry[b"tasks"]) == [{"id": delivery.id, "queue": "default"}]
+    assert redis_ns.client.ttl(f"{redis_ns.namespace}:worker:w1") == 3
+    assert redis_ns.client.zrange(f"{redis_ns.namespace}:workers", 0, -1) == [b"w1"]
+
+
+def test_heartbeat__lost_lease_is_noticed_and_stale_workers_disappear(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "LEASE": 30, "HEARTBEAT_INTERVAL": 0.5}
+    broker = get_broker()
+    Idle.enqueue(Nothing(), queue="default")
+    delivery = broker.dequeue(["default"])
+    assert delivery is not None
+    redis_ns.client.hincrby(broker.keys("default").task(delivery.id), "epoch", 1)  # recovered
+    gone = Heartbeat(broker, "gone", {"host": "h"}, list)
+    gone.tick()
+    beat = Heartbeat(broker, "alive", {"host": "h"}, lambda: [delivery])
+
+    beat.tick()
+    assert beat.lost == {delivery.id}
+    wait_until(lambda: not redis_ns.client.exists(f"{redis_ns.namespace}:worker:gone"))
+    beat.tick()
+
+    assert redis_ns.client.zrange(f"{redis_ns.namespace}:workers", 0, -1) == [b"alive"]
