@@ -26,15 +26,21 @@ import redis
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.01) -> Any:
-    """Poll predicate until it returns something truthy; fail the test at the deadline."""
+def wait_until(
+    predicate: Any, timeout: float = 10.0, interval: float = 0.01, why: Any = None
+) -> Any:
+    """Poll predicate until it returns something truthy; fail the test at the deadline.
+
+    `why` (a callable) adds context to the failure, such as a worker's output.
+    """
     deadline = time.monotonic() + timeout
     while True:
         result = predicate()
         if result:
             return result
         if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s: {predicate}")
+            context = f"\n{why()}" if why is not None else ""
+            pytest.fail(f"condition not met within {timeout}s: {predicate}{context}")
         time.sleep(interval)
 
 

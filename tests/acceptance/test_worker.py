@@ -83,10 +83,12 @@ def test_runworker__timeout_is_retried_with_an_attempt_spent(
 
     worker.start("--concurrency", "1")
 
-    wait_until(
-        lambda: (task_state(handle.id).state, task_state(handle.id).attempts) == ("retry", 1)
-    )
-    assert task_state(handle.id).error == "JobTimeout: timed out after 0.5 s"
+    # Both runs time out, each spending an attempt: retried once, then dead
+    wait_until(lambda: task_state(handle.id).state == "dead", timeout=30, why=worker.output)
+    task = task_state(handle.id)
+    assert (task.attempts, task.crashes) == (2, 0)
+    assert task.error == "JobTimeout: timed out after 0.5 s"
+    assert worker.output().count("JobTimeout: timed out after 0.5 s") == 2
 
 
 def test_runworker__killed_child_task_comes_back_without_spending_an_attempt(
