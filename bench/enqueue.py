@@ -17,25 +17,19 @@ keys of its own namespace are deleted at the end; a server it started is then st
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
-import platform
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 
+from bench.common import DEFAULT_URL, bench_redis, commandstats, delete_namespace, versions
 from django_jobs import Job
 
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
 QUEUE = "default"
 SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval")
 
@@ -82,11 +76,6 @@ def count_round_trips(client: redis.Redis) -> None:
     )
 
 
-def commandstats(probe: redis.Redis) -> dict[str, int]:
-    stats: dict[str, dict[str, Any]] = probe.info("commandstats")
-    return {name: int(value["calls"]) for name, value in stats.items()}
-
-
 def measure(phase: str, probe: redis.Redis, run: Callable[[], int]) -> Row:
     before, trips = commandstats(probe), RoundTrips.count
     start = time.perf_counter()
@@ -99,53 +88,7 @@ def measure(phase: str, probe: redis.Redis, run: Callable[[], int]) -> Row:
     return Row(phase, jobs, seconds, trips, scripts, sum(delta.values()))
 
 
-@contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """Start a redis-server without persistence on a free port; yield its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    with tempfile.TemporaryDirectory() as tmp:
-        args = [
-            "redis-server",
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            tmp,
-        ]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        url = f"redis://127.0.0.1:{port}/0"
-        try:
-            deadline = time.monotonic() + 10
-            while True:
-                try:
-                    redis.Redis.from_url(url, socket_connect_timeout=0.2).ping()
-                    break
-                except redis.ConnectionError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.02)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(timeout=10)
-
-
-def delete_namespace(client: redis.Redis, namespace: str) -> int:
-    keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
-    for start in range(0, len(keys), 500):
-        client.delete(*keys[start : start + 500])
-    return len(keys)
-
-
 def bench(url: str, count: int, where: str) -> None:
-    import django
     from django.conf import settings
     from django.test.utils import override_settings
 
@@ -189,10 +132,7 @@ def bench(url: str, count: int, where: str) -> None:
         deleted = delete_namespace(probe, namespace)
 
     print(f"django-jobs enqueue benchmark: N={count}, {where}, namespace {namespace}")
-    print(
-        f"Python {platform.python_version()}, Django {django.get_version()}, "
-        f"redis-py {redis.__version__}, Redis {probe.info('server')['redis_version']}"
-    )
+    print(versions(probe))
     print()
     head = ("phase", "jobs", "seconds", "jobs/s", "round trips/job", "scripts/job", "calls/job")
     print(
@@ -224,22 +164,15 @@ def main() -> None:
     )
     args = parser.parse_args()
     count = 2000 if args.quick else args.count
-    private = args.private
-    if private is None:
-        private = args.redis_url is None and shutil.which("redis-server") is not None
-    if private and args.redis_url:
+    if args.private and args.redis_url:
         parser.error("--private starts its own Redis: leave out --redis-url")
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
     import django
 
     django.setup()
-    if private:
-        with private_redis() as url:
-            bench(url, count, f"private redis-server at {url}")
-    else:
-        url = args.redis_url or DEFAULT_URL
-        bench(url, count, f"shared Redis at {url} (other clients may skew the counts)")
+    with bench_redis(args.redis_url, args.private) as (url, where):
+        bench(url, count, where)
 
 
 if __name__ == "__main__":

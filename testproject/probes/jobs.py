@@ -84,3 +84,28 @@ class CrashOnce(Job[Work]):
         if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
             os.kill(os.getpid(), 9)
         client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+
+
+@dataclass(frozen=True)
+class Number:
+    n: int
+
+
+class Noop(Job[Number]):
+    """Do nothing: what bench.drain times is the worker around it."""
+
+    def run(self, payload: Number) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class Sent:
+    #: time.time() when the job was enqueued.
+    sent: float
+
+
+class Stamp(Job[Sent]):
+    """Record how long after its enqueue it started running (probe:latency, in seconds)."""
+
+    def run(self, payload: Sent) -> None:
+        get_broker().client.rpush(_key("latency"), time.time() - payload.sent)
