@@ -1,0 +1,185 @@
+"""What the jobs admin API reads from query strings and writes as JSON.
+
+Output serializers render the Inspector's dataclasses as they are (field names follow
+DESIGN.md's state words), and describe them to drf-spectacular for the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from django_jobs.api.listing import DEFAULT_PER_PAGE, MAX_PER_PAGE
+from django_jobs.conf import get_settings
+from django_jobs.inspector import QueueInfo, RunningTask, TaskInfo, WorkerInfo
+from django_jobs.keys import State
+
+# -- query strings --------------------------------------------------------------------------
+
+
+class ListQuerySerializer(serializers.Serializer[dict[str, Any]]):
+    """Filters and paging of a list of tasks."""
+
+    queue = serializers.ChoiceField(
+        choices=[], required=False, help_text="Only this queue (default: every queue)."
+    )
+    job = serializers.CharField(
+        required=False,
+        max_length=200,
+        help_text="Only tasks of this job (its registered name, exact match).",
+    )
+    per_page = serializers.IntegerField(
+        default=DEFAULT_PER_PAGE,
+        min_value=1,
+        max_value=MAX_PER_PAGE,
+        help_text="Most tasks in one page.",
+    )
+    cursor = serializers.CharField(
+        required=False,
+        max_length=1000,
+        help_text="Where to go on from: the next_cursor of the previous page.",
+    )
+    order = serializers.ChoiceField(
+        choices=["newest", "oldest"],
+        default="newest",
+        help_text="newest (default) or oldest first, by the state's time.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        queue = self.fields["queue"]
+        assert isinstance(queue, serializers.ChoiceField)
+        queue.choices = list(get_settings().queues)
+
+
+class TaskListQuerySerializer(ListQuerySerializer):
+    """A list of tasks in any state."""
+
+    state = serializers.ChoiceField(choices=list(State.ALL), help_text="The tasks' state.")
+
+
+# -- responses ------------------------------------------------------------------------------
+
+
+class QueueSerializer(serializers.Serializer[QueueInfo]):
+    """One queue: tasks per state, paused flag, and today's counters (UTC day)."""
+
+    name = serializers.CharField()
+    paused = serializers.BooleanField()
+    scheduled = serializers.IntegerField()
+    pending = serializers.IntegerField()
+    active = serializers.IntegerField()
+    retry = serializers.IntegerField()
+    dead = serializers.IntegerField()
+    completed = serializers.IntegerField()
+    processed_today = serializers.IntegerField(help_text="Tasks completed today (UTC).")
+    failed_today = serializers.IntegerField(
+        help_text="Failed runs today (UTC); each retry and each death counts one."
+    )
+
+
+class RunningTaskSerializer(serializers.Serializer[RunningTask]):
+    id = serializers.CharField()
+    queue = serializers.CharField()
+    job = serializers.CharField(
+        allow_null=True, help_text="Null if the task finished since the beat, or is corrupt."
+    )
+
+
+class WorkerSerializer(serializers.Serializer[WorkerInfo]):
+    """One live worker, as its last heartbeat described it."""
+
+    id = serializers.CharField()
+    host = serializers.CharField()
+    pid = serializers.IntegerField()
+    queues = serializers.ListField(child=serializers.CharField())
+    concurrency = serializers.IntegerField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    last_beat = serializers.DateTimeField(allow_null=True)
+    tasks = RunningTaskSerializer(many=True, help_text="One entry per busy child process.")
+
+
+class OverviewSerializer(serializers.Serializer[dict[str, Any]]):
+    day = serializers.CharField(help_text="The UTC day of the *_today counters (YYYY-MM-DD).")
+    queues = QueueSerializer(many=True, help_text="Every configured queue, in priority order.")
+    workers = WorkerSerializer(many=True, help_text="Workers whose heartbeat has not expired.")
+
+
+class TaskSerializer(serializers.Serializer[TaskInfo]):
+    """A task as listed: enough to decide what to do with it."""
+
+    id = serializers.CharField()
+    queue = serializers.CharField()
+    state = serializers.CharField(
+        help_text="scheduled, pending, active, retry, dead or completed ('' if the record has "
+        "lost it)."
+    )
+    job = serializers.CharField(allow_null=True, help_text="Null if the record is corrupt.")
+    attempts = serializers.IntegerField(help_text="Runs that failed.")
+    crashes = serializers.IntegerField(help_text="Times a worker died under the task.")
+    max_attempts = serializers.IntegerField(allow_null=True)
+    enqueued_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    next_at = serializers.DateTimeField(
+        allow_null=True, help_text="When a scheduled task is due, or a retry's next attempt."
+    )
+    failed_at = serializers.DateTimeField(allow_null=True)
+    died_at = serializers.DateTimeField(allow_null=True)
+    completed_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(allow_null=True, help_text="The last error, one line.")
+    decode_error = serializers.CharField(
+        allow_null=True, help_text="Why the record cannot be decoded; null when it can."
+    )
+
+
+class TaskDetailSerializer(TaskSerializer):
+    """A task in full."""
+
+    payload = serializers.DictField(allow_null=True)
+    idempotency_key = serializers.CharField(allow_null=True)
+    traceback = serializers.CharField(allow_null=True)
+    raw = serializers.CharField(help_text="The record as stored, to read a corrupt one.")
+
+
+class TaskPageSerializer(serializers.Serializer[dict[str, Any]]):
+    total = serializers.IntegerField(
+        help_text="Tasks in this state in the queues listed, before the job filter."
+    )
+    scanned = serializers.IntegerField(help_text="Task records read to answer.")
+    next = serializers.URLField(
+        allow_null=True, help_text="The next page; null when everything was read."
+    )
+    next_cursor = serializers.CharField(allow_null=True)
+    results = TaskSerializer(many=True)
+
+
+class CountSerializer(serializers.Serializer[dict[str, Any]]):
+    queue = serializers.CharField()
+    count = serializers.IntegerField(help_text="Tasks retried or deleted.")
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
+    detail = serializers.CharField()
+
+
+class ConflictSerializer(ErrorSerializer):
+    state = serializers.CharField(help_text="The state the task is in.")
+
+
+class UnavailableSerializer(ErrorSerializer):
+    code = serializers.ChoiceField(
+        choices=["jobs_disabled", "broker_unavailable"],
+        help_text="jobs_disabled: JOBS['REDIS_URL'] is not set; broker_unavailable: Redis "
+        "did not answer.",
+    )
+
+
+#: The body of a 400: each parameter at fault with its messages.
+VALIDATION_ERROR = {
+    "type": "object",
+    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+}
