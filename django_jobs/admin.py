@@ -50,23 +50,23 @@ PER_PAGE = 100
 #: Tasks read per round trip, and at most per request, when a job filter or a search scans.
 SCAN_CHUNK = 1000
 SCAN_LIMIT = 10_000
-#: Columns of the tasks list for each state, after id, job, payload and idempotency key:
-#: (heading, TaskInfo attribute).
+#: Columns of the tasks list for each state, between id and job and payload and idempotency
+#: key: (heading, TaskInfo attribute).
 COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     State.SCHEDULED: (("Due", "next_at"), ("Enqueued", "enqueued_at")),
     State.PENDING: (("Enqueued", "enqueued_at"), ("Failed runs", "attempts")),
     State.ACTIVE: (("Started", "started_at"), ("Failed runs", "attempts")),
     State.RETRY: (
+        ("Last error", "error"),
         ("Next attempt", "next_at"),
         ("Failed runs", "attempts"),
         ("Failed", "failed_at"),
-        ("Last error", "error"),
     ),
     State.DEAD: (
+        ("Last error", "error"),
         ("Died", "died_at"),
         ("Failed runs", "attempts"),
         ("Crashes", "crashes"),
-        ("Last error", "error"),
     ),
     State.COMPLETED: (("Completed", "completed_at"), ("Enqueued", "enqueued_at")),
 }

@@ -216,14 +216,15 @@ def test_tasks__lists_dead_tasks_with_their_error(staff: Client, insp: Inspector
 
     assert response.status_code == 200
     page = text(response)
-    headings = "ID Job Payload Idempotency key Died Failed runs Crashes Last error"
+    headings = "ID Job Last error Died Failed runs Crashes Payload Idempotency key"
     assert headings in page
     body = response.content.decode()
     # Newest death first, each row linking to its task page.
     assert body.index(task_url(second)) < body.index(task_url(first))
     assert "RuntimeError: boom one" in page
     assert "RuntimeError: boom two" in page
-    assert f'{first} {Fails.name} {{"text": "one"}} order-1' in page
+    assert f"{first[:12]}… {Fails.name} RuntimeError: boom one 20" in page
+    assert '1 of 1 0 {"text": "one"} order-1' in page
     assert "1 of 1" in page
     assert "2 dead tasks" in page
 
@@ -243,7 +244,7 @@ def test_tasks__default_to_the_first_queue_s_dead_tasks(staff: Client, insp: Ins
         ("scheduled", "Due Enqueued"),
         ("pending", "Enqueued Failed runs"),
         ("active", "Started Failed runs"),
-        ("retry", "Next attempt Failed runs Failed Last error"),
+        ("retry", "Last error Next attempt Failed runs Failed"),
         ("completed", "Completed Enqueued"),
     ],
 )
@@ -262,7 +263,7 @@ def test_tasks__columns_follow_the_state(
     response = staff.get(TASKS, {"queue": "default", "state": state})
 
     page = text(response)
-    assert f"Idempotency key {headings} " in page
+    assert f"ID Job {headings} Payload Idempotency key" in page
     (task,) = insp.tasks("default", state).items
     assert task_url(task.id) in response.content.decode()
     if state == "retry":
@@ -557,7 +558,7 @@ def test_dead__delete_all_asks_how_many_then_deletes(staff: Client, insp: Inspec
     question = staff.get(queue_url("delete_all_dead"))
     response = staff.post(queue_url("delete_all_dead"))
 
-    assert "Delete all 2 dead" in text(listing)
+    assert "Delete all dead (2)" in text(listing)
     assert queue_url("delete_all_dead") in listing.content.decode()
     assert "Delete all 2 dead tasks of queue default?" in text(question)
     assert notes(response) == ["Deleted 2 dead tasks of default."]
@@ -793,4 +794,4 @@ def test_tasks__first_page_of_100k_dead_tasks(
     page = text(response)
     assert "RuntimeError: boom 99999" in page
     assert "100,000 dead tasks" in page
-    assert "Delete all 100,000 dead" in page
+    assert "Delete all dead (100,000)" in page

@@ -1,0 +1,157 @@
+"""The Jobs admin in a real headless Chromium (Debian's package, driven by Playwright).
+
+An operator logs in, finds the dead task and its error, retries it and sees it leave the dead
+list. Screenshots of the queues page (light and dark), the dead list and the task page are saved
+in the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from django_jobs import Job
+from django_jobs.inspector import get_inspector
+from django_jobs.testing import run_burst
+from tests.conftest import RedisNamespace
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class Order:
+    number: int
+    email: str
+
+
+class ChargeCard(Job[Order]):
+    max_attempts = 1
+
+    def run(self, payload: Order) -> None:
+        raise ConnectionError(f"payment gateway refused order {payload.number}")
+
+
+@pytest.fixture
+def operator(transactional_db: Any) -> User:
+    user = User.objects.create_user("operator", password="a-long-pass-phrase", is_staff=True)
+    for codename in ("view_task", "change_task", "delete_task"):
+        user.user_permissions.add(Permission.objects.get(codename=codename))
+    return user
+
+
+@pytest.fixture
+def browser(operator: User) -> Iterator[Browser]:
+    """Chromium, started after the database is set up and stopped before it is torn down.
+
+    Playwright's sync API runs an event loop in this thread while it is open, and Django
+    refuses database calls from a thread with a running loop.
+    """
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} is missing: run `apt-get install chromium` (.ci/run does) to run the "
+            f"browser tests."
+        )
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+def log_in(page: Page, base: str, user: User) -> None:
+    page.goto(f"{base}/admin/login/?next=/admin/")
+    page.fill("#id_username", user.get_username())
+    page.fill("#id_password", "a-long-pass-phrase")
+    page.click("input[type=submit]")
+    expect(page.locator("#content h1")).to_have_text("Site administration")
+
+
+def screenshot(page: Page, path: Path) -> Path:
+    page.screenshot(path=str(path), full_page=True)
+    assert path.exists(), path
+    assert path.stat().st_size > 0, path
+    return path
+
+
+def test_admin_browser__find_a_dead_task_and_retry_it(
+    browser: Browser,
+    live_server: Any,
+    redis_ns: RedisNamespace,
+    operator: User,
+    tmp_path: Path,
+) -> None:
+    # Given a dead task (its card was refused) and an order still waiting.
+    dead = ChargeCard.enqueue(Order(1017, "ada@example.com"), idempotency_key="order-1017").id
+    run_burst()
+    ChargeCard.enqueue(Order(1018, "bob@example.com"), delay=3600)
+    context = browser.new_context(viewport={"width": 1600, "height": 900})
+    page = context.new_page()
+    log_in(page, live_server.url, operator)
+
+    # The Jobs section leads to the queues: default has one dead task.
+    page.get_by_role("link", name="Queues").first.click()
+    expect(page.locator("#content h1")).to_have_text("Queues")
+    row = page.locator("tr.jobs-queue-default")
+    expect(row.locator("td.field-dead")).to_have_text("1")
+    expect(row.locator("td.field-scheduled")).to_have_text("1")
+    shots = [screenshot(page, tmp_path / "queues.png")]
+
+    # The dead list shows the task with the first line of its error.
+    row.locator("td.field-dead a").click()
+    task_row = page.locator("#result_list tbody tr", has=page.locator(f"input[value='{dead}']"))
+    expect(task_row.locator("td.field-error")).to_contain_text(
+        "ConnectionError: payment gateway refused order 1017"
+    )
+    shots.append(screenshot(page, tmp_path / "dead.png"))
+
+    # Its page has the payload and the whole traceback.
+    task_row.locator("th.field-id a").click()
+    expect(page.locator("#content h1")).to_have_text(f"Task {dead}")
+    expect(page.locator("pre.jobs-payload")).to_contain_text('"number": 1017')
+    expect(page.locator("pre.jobs-traceback")).to_contain_text("Traceback (most recent call last)")
+    expect(page.locator("pre.jobs-traceback")).to_contain_text("raise ConnectionError")
+    shots.append(screenshot(page, tmp_path / "task.png"))
+
+    # Retry it: it is pending again, and gone from the dead list.
+    page.get_by_role("button", name="Retry now").click()
+    expect(page.locator("ul.messagelist")).to_contain_text(f"Task {dead} will run now.")
+    info = get_inspector().task("default", dead)
+    assert info is not None
+    assert info.state == "pending"
+    page.get_by_role("link", name="Queues").first.click()
+    expect(page.locator("tr.jobs-queue-default td.field-dead")).to_have_text("0")
+    expect(page.locator("tr.jobs-queue-default td.field-pending")).to_have_text("1")
+    page.locator("tr.jobs-queue-default td.field-dead a").click()
+    expect(page.locator("p.jobs-empty")).to_have_text("No dead tasks in queue default.")
+    assert dead not in page.content()
+
+    # The same pages follow the admin's dark theme.
+    dark = browser.new_context(viewport={"width": 1600, "height": 900}, color_scheme="dark")
+    dark_page = dark.new_page()
+    log_in(dark_page, live_server.url, operator)
+    dark_page.goto(f"{live_server.url}/admin/django_jobs/queue/")
+    background = dark_page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert re.fullmatch(r"rgb\((\d+), (\d+), (\d+)\)", background), background
+    assert sum(map(int, re.findall(r"\d+", background))) < 3 * 80, background
+    shots.append(screenshot(dark_page, tmp_path / "queues-dark.png"))
+    dark.close()
+    context.close()
+
+    print("\nscreenshots:", *shots, sep="\n  ")
