@@ -147,7 +147,9 @@ class _ListView(JobsAPIView):
         raise NotImplementedError
 
     def get(self, request: Request) -> Response:
-        serializer = self.query_serializer(data=request.query_params)
+        # A plain dict, not the QueryDict: DRF reads an empty value in a QueryDict as "absent"
+        # (HTML form semantics), which would let "?queue=" through as "every queue".
+        serializer = self.query_serializer(data=dict(request.query_params.items()))
         serializer.is_valid(raise_exception=True)
         query = serializer.validated_data
         queues = (query["queue"],) if "queue" in query else get_settings().queues
