@@ -28,6 +28,34 @@ class Delivery:
 
 
 @dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to write for a finished run: "ack", "retry" or "kill", under the run's epoch.
+
+    A worker child decides it; the supervisor writes it (in one round trip with the others).
+    """
+
+    task_id: str
+    queue: str
+    epoch: str
+    job: str
+    action: str
+    #: ack: seconds to keep the completed task.
+    retention: float = 0.0
+    #: retry: seconds until the next run.
+    delay: float = 0.0
+    error: str = ""
+    traceback: str = ""
+    #: retry/kill: whether the run spent an attempt (not for corrupt records or unknown jobs).
+    spend: bool = True
+    #: retry: the job type is unknown here (bounce).
+    unknown: bool = False
+    #: For the log line: which run this was, of how many, and how long it took.
+    attempt: int = 0
+    max_attempts: int = 0
+    duration: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class Accepted:
     """The outcome of one enqueue: the task's state, or the id of the task already holding its
     idempotency key."""

@@ -14,7 +14,7 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from django_jobs.broker import scripts
-from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest
+from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest, Verdict
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.keys import QueueKeys, State, today, worker, workers
@@ -47,6 +47,10 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
 
 def _float(value: str | None) -> float | None:
     return float(value) if value else None
+
+
+def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
+    return Verdict(delivery.id, delivery.queue, delivery.epoch, "", action, **fields)
 
 
 class RedisBroker:
@@ -115,54 +119,112 @@ class RedisBroker:
         if len(requests) == 1:
             keys, args = self._enqueue_call(requests[0])
             return [self._accepted(self._run("enqueue", keys, args))]
-        script = self.scripts["enqueue"]
         with self.unavailable():
-            for _ in range(2):
-                pipe = self.client.pipeline(transaction=False)
-                for request in requests:
-                    keys, args = self._enqueue_call(request)
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
-                replies = pipe.execute(raise_on_error=False)
-                if not any(isinstance(r, NoScriptError) for r in replies):
-                    break
-                # Redis forgot the script (restart, SCRIPT FLUSH): load it and replay the batch,
-                # which is safe: a task already written answers "exists".
-                self.client.script_load(script.script)
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-        return [self._accepted(reply) for reply in replies]
+            replies = self._pipeline([("enqueue", *self._enqueue_call(r)) for r in requests])
+        return [self._accepted([part.decode() for part in reply]) for reply in replies]
 
     # -- consuming --------------------------------------------------------------------------
 
     def dequeue(self, queues: Sequence[str]) -> Delivery | None:
         """Move the oldest pending task of the first non-empty, unpaused queue to active."""
+        deliveries = self.dequeue_many(queues, 1)
+        return deliveries[0] if deliveries else None
+
+    def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
+        keys: list[str] = []
+        prefixes: list[str] = []
         for queue in queues:
             k = self.keys(queue)
-            # Read raw: the message may hold bytes that are not UTF-8 (a corrupt record must
-            # reach the processor, which sends it to dead, rather than fail here).
-            reply = self._run_raw(
-                "dequeue",
-                [k.paused, k.pending, k.active, k.lease],
-                [k.task_prefix, self.settings.lease],
-            )
-            if reply:
-                raw = reply[1]
-                task_id, attempts, crashes, epoch, enqueued, unknown, deadline = (
-                    field.decode(errors="replace") for field in (reply[0], *reply[2:])
-                )
-                return Delivery(
-                    id=task_id,
-                    queue=queue,
+            keys += [k.paused, k.pending, k.active, k.lease]
+            prefixes.append(k.task_prefix)
+        return keys, [self.settings.lease, count, *prefixes]
+
+    @staticmethod
+    def _deliveries(queues: Sequence[str], flat: Sequence[bytes]) -> list[Delivery]:
+        # Raw bytes: the message may not be UTF-8 (a corrupt record must reach the processor,
+        # which sends it to dead, rather than fail here).
+        out = []
+        for i in range(0, len(flat), 9):
+            index, task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = flat[
+                i : i + 9
+            ]
+            out.append(
+                Delivery(
+                    id=task_id.decode(errors="replace"),
+                    queue=queues[int(index)],
                     raw=raw,
                     attempts=int(attempts),
                     crashes=int(crashes),
-                    epoch=epoch,
-                    enqueued_at=_float(enqueued),
-                    first_unknown_at=_float(unknown),
+                    epoch=epoch.decode(),
+                    enqueued_at=_float(enqueued.decode()),
+                    first_unknown_at=_float(unknown.decode()),
                     lease_deadline=float(deadline),
                 )
-        return None
+            )
+        return out
+
+    def dequeue_many(self, queues: Sequence[str], count: int) -> list[Delivery]:
+        """Move up to count pending tasks to active, queues in strict priority order."""
+        keys, args = self._dequeue_call(queues, count)
+        return self._deliveries(queues, self._run_raw("dequeue", keys, args))
+
+    def settle(
+        self, verdicts: Sequence[Verdict], queues: Sequence[str], count: int
+    ) -> tuple[list[bool], list[Delivery]]:
+        """Write finished runs' outcomes and fetch up to count new tasks, in one round trip.
+
+        Returns whether each verdict was written (False: stale, the task is no longer this
+        run's) and the tasks fetched.
+        """
+        calls = [self._verdict_call(verdict) for verdict in verdicts]
+        if count:
+            calls.append(("dequeue", *self._dequeue_call(queues, count)))
+        with self.unavailable():
+            replies = self._pipeline(calls)
+        written = [bool(reply) for reply in replies[: len(verdicts)]]
+        fetched = self._deliveries(queues, replies[-1]) if count else []
+        return written, fetched
+
+    def _pipeline(self, calls: Sequence[tuple[str, list[str], list[Any]]]) -> list[Any]:
+        """Run script calls in one round trip, replies as bytes; reload forgotten scripts."""
+        pipe = self.client.pipeline(transaction=False)
+        for name, keys, args in calls:
+            pipe.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", self.scripts[name].sha, len(keys), *keys, *args, **{NEVER_DECODE: True}
+            )
+        replies = pipe.execute(raise_on_error=False)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, NoScriptError):
+                # Redis forgot the script (restart, SCRIPT FLUSH): only this call did not run.
+                name, keys, args = calls[index]
+                replies[index] = self._run_raw(name, keys, args)
+            elif isinstance(reply, Exception):
+                raise reply
+        return list(replies)
+
+    def _verdict_call(self, verdict: Verdict) -> tuple[str, list[str], list[Any]]:
+        k = self.keys(verdict.queue)
+        task = k.task(verdict.task_id)
+        if verdict.action == "ack":
+            keys = [task, k.active, k.lease, k.completed, k.processed(today())]
+            return "ack", keys, [verdict.task_id, verdict.epoch, verdict.retention, COUNTER_TTL]
+        if verdict.action == "retry":
+            keys = [task, k.active, k.lease, k.retry, k.failed(today())]
+            args = [verdict.task_id, verdict.epoch, verdict.delay, verdict.error,
+                    verdict.traceback, int(verdict.spend), COUNTER_TTL,
+                    int(verdict.unknown)]  # fmt: skip
+            return "retry", keys, args
+        if verdict.action == "kill":
+            keys = [task, k.active, k.lease, k.dead, k.failed(today())]
+            args = [verdict.task_id, verdict.epoch, verdict.error, verdict.traceback,
+                    int(verdict.spend), COUNTER_TTL]  # fmt: skip
+            return "kill", keys, args
+        raise ValueError(f"unknown verdict action {verdict.action!r}")
+
+    def write(self, verdict: Verdict) -> bool:
+        """Write one run's outcome; False if it is stale (nothing changed)."""
+        name, keys, args = self._verdict_call(verdict)
+        return bool(self._run(name, keys, args))
 
     def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
         """Block until a wake-up token arrives for one of queues, or timeout seconds pass."""
@@ -172,9 +234,7 @@ class RedisBroker:
 
     def ack(self, delivery: Delivery, retention: float) -> bool:
         """Mark the task completed; False if the delivery is stale (nothing changed)."""
-        k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.completed, k.processed(today())]
-        return bool(self._run("ack", keys, [delivery.id, delivery.epoch, retention, COUNTER_TTL]))
+        return self.write(_verdict(delivery, "ack", retention=retention))
 
     def retry(
         self,
@@ -187,18 +247,14 @@ class RedisBroker:
         unknown: bool = False,
     ) -> bool:
         """Schedule another run after delay seconds; False if the delivery is stale."""
-        k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.retry, k.failed(today())]
-        args = [delivery.id, delivery.epoch, delay, error, traceback, int(spend), COUNTER_TTL,
-                int(unknown)]  # fmt: skip
-        return bool(self._run("retry", keys, args))
+        verdict = _verdict(delivery, "retry", delay=delay, error=error, traceback=traceback,
+                           spend=spend, unknown=unknown)  # fmt: skip
+        return self.write(verdict)
 
     def kill(self, delivery: Delivery, error: str, traceback: str, *, spend: bool = True) -> bool:
         """Move the task to dead with its error; False if the delivery is stale."""
-        k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.dead, k.failed(today())]
-        args = [delivery.id, delivery.epoch, error, traceback, int(spend), COUNTER_TTL]
-        return bool(self._run("kill", keys, args))
+        verdict = _verdict(delivery, "kill", error=error, traceback=traceback, spend=spend)
+        return self.write(verdict)
 
     def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> str | None:
         """Put an active task back in pending without spending an attempt.

@@ -1,5 +1,9 @@
 """A worker child: receive one task at a time from the supervisor, run it, report back.
 
+The child writes nothing to Redis itself: it sends the supervisor a Verdict (ack, retry or
+kill), and the supervisor writes the verdicts of all its children with its next fetch, in one
+round trip.
+
 The child runs the handler on its main thread, so the task timeout is a SIGALRM that raises
 JobTimeout inside the handler. A handler that does not return to Python in time (C code holding
 the GIL, a handler that swallows JobTimeout) is killed by the supervisor after a grace period.
@@ -63,12 +67,12 @@ def main(conn: Connection, broker: RedisBroker) -> None:
             return  # the supervisor is gone
         if delivery is None:
             return
-        outcome = processor.process(delivery)
+        verdict = processor.decide(delivery)
         done += 1
         retire = (settings.max_tasks_per_child and done >= settings.max_tasks_per_child) or (
             settings.max_memory_per_child and _memory_mib() > settings.max_memory_per_child
         )
-        conn.send((delivery.id, outcome.state, bool(retire)))
+        conn.send((verdict, bool(retire)))
         if retire:
             logger.info(
                 "child %d retires after %d tasks (%.0f MiB)", os.getpid(), done, _memory_mib()

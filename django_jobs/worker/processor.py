@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from django_jobs.broker.protocol import Delivery
+from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import UnknownJob
 from django_jobs.jobs import Job, JobContext, registry
@@ -86,7 +86,11 @@ def run_inline(job: type[Job[Any]], message: Message) -> str:
 
 
 class Processor:
-    """Fetch tasks from the given queues in priority order and run them one at a time."""
+    """Run tasks: `decide` runs one and says what to write; `process` also writes it.
+
+    A worker child only decides (the supervisor writes outcomes in batches); `run_burst` and
+    other in-process consumers use `process_one`.
+    """
 
     def __init__(
         self,
@@ -104,16 +108,21 @@ class Processor:
         self.queues = tuple(queues or self.settings.queues)
 
     def process_one(self) -> Outcome | None:
-        """Run the next task, if there is one; return its outcome."""
+        """Run the next task, if there is one, and write its outcome."""
         delivery = self.broker.dequeue(self.queues)
         return None if delivery is None else self.process(delivery)
 
     def process(self, delivery: Delivery) -> Outcome:
         """Run a task handed out by dequeue and write its outcome."""
+        verdict = self.decide(delivery)
+        return outcome(verdict, self.broker.write(verdict))
+
+    def decide(self, delivery: Delivery) -> Verdict:
+        """Run a task handed out by dequeue; return what to write (nothing is written)."""
         try:
             message = decode(delivery.raw)
         except DecodeError as exc:
-            return self._kill(delivery, "?", f"could not decode the task record: {exc}")
+            return _kill(delivery, "?", f"could not decode the task record: {exc}")
         try:
             job = registry.get(message.job)
         except UnknownJob as exc:
@@ -121,10 +130,11 @@ class Processor:
         try:
             payload = payload_from_json(message.payload, job.payload_type)
         except DecodeError as exc:
-            return self._kill(delivery, message.job, str(exc))
+            return _kill(delivery, message.job, str(exc))
+        attempt = delivery.attempts + 1
         context = JobContext(
             job_id=delivery.id,
-            attempt=delivery.attempts + 1,
+            attempt=attempt,
             crashes=delivery.crashes,
             queue=delivery.queue,
             deadline=time.time() + message.timeout,
@@ -135,64 +145,73 @@ class Processor:
             with self.guard(message.timeout):
                 run_job(job, payload, context, hygiene=self.hygiene)
         except Exception as exc:
-            return self._failed(delivery, job, message, exc, _traceback())
-        if not self.broker.ack(delivery, message.retention):
-            return self._stale(delivery, message.job)
-        logger.info(
-            "%s %s completed (attempt %d, %.3fs)",
-            message.job, delivery.id, context.attempt, time.monotonic() - started,
-        )  # fmt: skip
-        return Outcome(delivery.id, message.job, delivery.queue, State.COMPLETED)
+            fields: dict[str, Any] = {
+                "error": _error_line(exc),
+                "traceback": _traceback(),
+                "attempt": attempt,
+                "max_attempts": message.max_attempts,
+                "duration": time.monotonic() - started,
+            }
+            if attempt >= message.max_attempts:
+                return _verdict(delivery, message.job, "kill", **fields)
+            return _verdict(delivery, message.job, "retry", delay=job.backoff(attempt), **fields)
+        return _verdict(
+            delivery,
+            message.job,
+            "ack",
+            retention=message.retention,
+            attempt=attempt,
+            max_attempts=message.max_attempts,
+            duration=time.monotonic() - started,
+        )
 
-    def _failed(
-        self,
-        delivery: Delivery,
-        job: type[Job[Any]],
-        message: Message,
-        exc: Exception,
-        tb: str,
-    ) -> Outcome:
-        error = _error_line(exc)
-        attempt = delivery.attempts + 1
-        if attempt >= message.max_attempts:
-            if not self.broker.kill(delivery, error, tb):
-                return self._stale(delivery, message.job)
-            logger.error("%s %s dead after %d attempts: %s", job.name, delivery.id, attempt, error)
-            return Outcome(delivery.id, job.name, delivery.queue, State.DEAD, error)
-        delay = job.backoff(attempt)
-        if not self.broker.retry(delivery, delay, error, tb):
-            return self._stale(delivery, message.job)
-        logger.warning(
-            "%s %s failed (attempt %d of %d), retry in %.1fs: %s",
-            job.name, delivery.id, attempt, message.max_attempts, delay, error,
-        )  # fmt: skip
-        return Outcome(delivery.id, job.name, delivery.queue, State.RETRY, error)
-
-    def _unknown(self, delivery: Delivery, message: Message, exc: UnknownJob) -> Outcome:
+    def _unknown(self, delivery: Delivery, message: Message, exc: UnknownJob) -> Verdict:
         """Bounce a task of a job type this process does not know, until the grace runs out."""
         first = delivery.first_unknown_at
         # Both times are Redis TIME: the lease deadline was set at dequeue to now + LEASE.
         now = delivery.lease_deadline - self.settings.lease
         if first is not None and now - first >= self.settings.unknown_job_grace:
             error = f"{exc} (bounced for {self.settings.unknown_job_grace:g}s)"
-            return self._kill(delivery, message.job, error)
-        if not self.broker.retry(
-            delivery, self.settings.unknown_job_delay, str(exc), "", spend=False, unknown=True
-        ):
-            return self._stale(delivery, message.job)
-        logger.warning("%s %s put back: %s", message.job, delivery.id, exc)
-        return Outcome(delivery.id, message.job, delivery.queue, State.RETRY, str(exc))
+            return _kill(delivery, message.job, error)
+        delay = self.settings.unknown_job_delay
+        return _verdict(delivery, message.job, "retry", delay=delay, error=str(exc), spend=False,
+                        unknown=True)  # fmt: skip
 
-    def _kill(self, delivery: Delivery, job: str, error: str) -> Outcome:
-        """Send a task that can never run to dead, without spending an attempt."""
-        if not self.broker.kill(delivery, error, "", spend=False):
-            return self._stale(delivery, job)
-        logger.error("task %s (%s) dead: %s", delivery.id, job, error)
-        return Outcome(delivery.id, job, delivery.queue, State.DEAD, error)
 
-    def _stale(self, delivery: Delivery, job: str) -> Outcome:
+def _verdict(delivery: Delivery, job: str, action: str, **fields: Any) -> Verdict:
+    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, action, **fields)
+
+
+def _kill(delivery: Delivery, job: str, error: str) -> Verdict:
+    """A task that can never run: dead, without spending an attempt."""
+    return _verdict(delivery, job, "kill", error=error, spend=False)
+
+
+STATES = {"ack": State.COMPLETED, "retry": State.RETRY, "kill": State.DEAD}
+
+
+def outcome(verdict: Verdict, written: bool) -> Outcome:
+    """Log one line for a run's outcome and return it ("stale" if it was not written)."""
+    v = verdict
+    if not written:
         logger.warning(
             "%s %s: outcome not written, the task was handed to another worker (lease lost)",
-            job, delivery.id,
+            v.job, v.task_id,
         )  # fmt: skip
-        return Outcome(delivery.id, job, delivery.queue, "stale")
+        return Outcome(v.task_id, v.job, v.queue, "stale")
+    if v.action == "ack":
+        logger.info("%s %s completed (attempt %d, %.3fs)", v.job, v.task_id, v.attempt, v.duration)
+    elif v.action == "retry" and v.unknown:
+        logger.warning("%s %s put back: %s", v.job, v.task_id, v.error)
+    elif v.action == "retry":
+        logger.warning(
+            "%s %s failed (attempt %d of %d), retry in %.1fs: %s",
+            v.job, v.task_id, v.attempt, v.max_attempts, v.delay, v.error,
+        )  # fmt: skip
+    elif v.spend:
+        logger.error("%s %s dead after %d attempts: %s", v.job, v.task_id, v.attempt, v.error)
+    else:
+        logger.error("task %s (%s) dead: %s", v.task_id, v.job, v.error)
+    return Outcome(
+        v.task_id, v.job, v.queue, STATES[v.action], "" if v.action == "ack" else v.error
+    )

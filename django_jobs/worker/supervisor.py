@@ -1,7 +1,11 @@
 """The supervisor: N forked children, one task each, and the background loops.
 
-The supervisor alone fetches: it dequeues one task per free child (no prefetch, so priorities
-hold), hands it over a pipe, and so always knows which task each child runs. That is what lets it
+The supervisor alone talks to Redis about tasks. Each pass of its loop writes the outcomes its
+children reported and fetches one task per free child (no prefetch, so priorities hold), all in
+one round trip; it hands each task over a pipe, and so always knows which task each child runs.
+When there is nothing to do it waits on the children's pipes and on an outstanding BLPOP for
+wake-up tokens at once, so an enqueue into an idle worker starts within a millisecond or so.
+Knowing every running task is what lets it
 
 - renew the leases of running tasks (the heartbeat, DESIGN.md: not a thread beside the handler);
 - put a task back within a second when its child dies, without waiting for the lease;
@@ -24,14 +28,17 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 from types import FrameType
+from typing import Any
 
+import redis
 from django.db import connections
+from redis.connection import Connection as RedisConnection
 
-from django_jobs.broker.protocol import Delivery
+from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable, UnknownJob
 from django_jobs.jobs import Job, registry
@@ -41,17 +48,19 @@ from django_jobs.worker.forwarder import Forwarder
 from django_jobs.worker.heartbeat import Heartbeat
 from django_jobs.worker.janitor import Janitor
 from django_jobs.worker.loop import Ticker
+from django_jobs.worker.processor import outcome
 from django_jobs.worker.recoverer import Recoverer
 
 logger = logging.getLogger("django_jobs.worker.supervisor")
 
-#: Longest the supervisor blocks on Redis or its children before it looks around again
-#: (signals, dead children, timeouts, due loops): bounds how late any of those is handled.
+#: Longest the supervisor waits before it looks around again (signals, timeouts, due loops).
 POLL = 1.0
-#: Seconds between dequeue attempts while no wake-up token arrives. Every way in to pending
+#: Seconds between dequeue attempts while no wake-up token arrives. Every way into pending
 #: pushes a token (enqueue, forward, recover, requeue, retry now); this catches the rest
 #: (a queue resumed, tokens lost with a Redis restart) at little cost to an idle worker.
 RECHECK = 5.0
+#: Seconds the outstanding BLPOP for wake-up tokens blocks in Redis before it is renewed.
+WAKE_TIMEOUT = 5
 
 
 @dataclass
@@ -65,7 +74,50 @@ class Slot:
     timeout: float = 0.0
     killed_for_timeout: bool = False
     retiring: bool = False
-    stopped: bool = field(default=False)
+    #: The child's pipe is closed: it exited or is exiting.
+    eof: bool = False
+    stopped: bool = False
+
+
+class Waker:
+    """A BLPOP on the queues' wake-up keys, left outstanding while the supervisor waits.
+
+    It has a connection of its own and a `fileno()`, so the supervisor can wait on it and on its
+    children's pipes in one call.
+    """
+
+    def __init__(self, broker: RedisBroker, queues: Sequence[str]) -> None:
+        self.pool = broker.client.connection_pool
+        self.keys = [broker.keys(queue).wake for queue in queues]
+        self.connection: RedisConnection | None = None
+        self.armed = False
+
+    def arm(self) -> None:
+        """Send the BLPOP unless one is outstanding (raises redis.ConnectionError)."""
+        if self.armed:
+            return
+        if self.connection is None:
+            self.connection = self.pool.get_connection()
+        self.connection.send_command("BLPOP", *self.keys, WAKE_TIMEOUT)  # type: ignore[no-untyped-call]
+        self.armed = True
+
+    def fileno(self) -> int:
+        assert self.connection is not None
+        assert self.connection._sock is not None
+        return self.connection._sock.fileno()
+
+    def read(self) -> bool:
+        """Read the BLPOP's answer: whether a token arrived (raises redis.ConnectionError)."""
+        assert self.connection is not None
+        self.armed = False
+        return self.connection.read_response() is not None
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.disconnect()  # type: ignore[no-untyped-call]
+            self.pool.release(self.connection)
+        self.connection = None
+        self.armed = False
 
 
 class Supervisor:
@@ -90,10 +142,13 @@ class Supervisor:
         )
         self.slots: list[Slot] = []
         self.signals = 0
-        #: Whether a dequeue may find work: set by wake-up tokens, cleared by an empty dequeue.
+        self.stop_deadline: float | None = None
+        #: Whether a dequeue may find work: set by wake-up tokens, cleared by a short fetch.
         self.maybe_work = True
         self.recheck_at = 0.0
-        self.stop_deadline: float | None = None
+        #: Reported outcomes not yet written (Redis was unavailable).
+        self.unwritten: list[Verdict] = []
+        self.waker = Waker(broker, self.queues)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.heartbeat = Heartbeat(broker, self.worker_id, self.info(), self.running)
         self.ticker = Ticker(
@@ -131,6 +186,8 @@ class Supervisor:
                 self._step()
         finally:
             self._stop_children()
+            self._settle_last()
+            self.waker.close()
             try:
                 self.heartbeat.stop()
             except BrokerUnavailable:
@@ -153,7 +210,7 @@ class Supervisor:
     def _finished(self) -> bool:
         if self.stop_deadline is None:
             return False
-        if all(slot.delivery is None for slot in self.slots):
+        if all(slot.delivery is None for slot in self.slots) and not self.unwritten:
             return True
         if time.monotonic() >= self.stop_deadline:
             self._hand_back_running()
@@ -161,37 +218,84 @@ class Supervisor:
         return False
 
     def _step(self) -> None:
-        """One pass: children's news, timeouts, due loops, then fetch or wait."""
-        self._collect(timeout=0)
+        """One pass: take reports, write them and fetch in one round trip, or wait."""
+        verdicts = self._reports()
         self._reap()
         self._enforce_timeouts()
         until_next_tick = self.ticker.run_due()
-        free = [slot for slot in self.slots if slot.delivery is None and not slot.retiring]
-        if self.stop_deadline is not None or not free:
-            self._collect(timeout=min(POLL, until_next_tick))
-            return
-        try:
-            if self.maybe_work or time.monotonic() >= self.recheck_at:
-                delivery = self.broker.dequeue(self.queues)
-                if delivery is not None:
-                    self._dispatch(free[0], delivery)
-                    return
+        free = [s for s in self.slots if s.delivery is None and not s.retiring and not s.eof]
+        fetching = self.stop_deadline is None and bool(free)
+        want = len(free) if fetching and (self.maybe_work or self._recheck_due()) else 0
+        if verdicts or want:
+            try:
+                written, deliveries = self.broker.settle(verdicts, self.queues, want)
+            except BrokerUnavailable as exc:
+                self.unwritten = verdicts  # the leases still hold; written at the next pass
+                logger.warning("%s; trying again in %gs", exc, POLL)
+                self._wait(POLL, arm=False)
+                return
+            for verdict, ok in zip(verdicts, written, strict=True):
+                outcome(verdict, ok)
+            for slot, delivery in zip(free, deliveries, strict=False):
+                self._dispatch(slot, delivery)
+            if want and len(deliveries) < want:
                 self.maybe_work = False
                 self.recheck_at = time.monotonic() + RECHECK
-            if self.burst:  # no blocking wait: look again after each task, then stop
-                self.maybe_work = True
-                if self.running():
-                    self._collect(timeout=POLL)
-                elif not sum(self.broker.forward(q) for q in self.queues):
-                    logger.info("burst: no work is due, stopping")
-                    self.stop_deadline = time.monotonic()
-                return
-            self.maybe_work = self.broker.wait_for_work(
-                self.queues, timeout=min(POLL, max(until_next_tick, 0.01))
-            )
+            if deliveries or verdicts:
+                return  # look again at once: more may be waiting
+        if self.burst and fetching:
+            self._burst_check()
+            return
+        self._wait(min(POLL, until_next_tick), arm=fetching)
+
+    def _recheck_due(self) -> bool:
+        return time.monotonic() >= self.recheck_at
+
+    def _burst_check(self) -> None:
+        """In burst mode: stop once nothing runs and nothing is due."""
+        self.maybe_work = True  # no wake-up tokens in burst mode: look again after each task
+        if self.running():
+            self._wait(POLL, arm=False)
+            return
+        try:
+            moved = sum(self.broker.forward(q) for q in self.queues)
         except BrokerUnavailable as exc:
             logger.warning("%s; trying again in %gs", exc, POLL)
-            self._collect(timeout=POLL)
+            return
+        if not moved:
+            logger.info("burst: no work is due, stopping")
+            self.stop_deadline = time.monotonic()
+
+    def _wait(self, timeout: float, *, arm: bool) -> None:
+        """Wait for a child's report, a wake-up token (if armed), or the timeout."""
+        if arm:
+            try:
+                self.waker.arm()
+            except redis.ConnectionError as exc:
+                logger.warning("cannot wait for work on Redis (%s); polling", exc)
+                self.waker.close()
+        waiting: list[Any] = [slot.conn for slot in self.slots if not slot.eof]
+        if self.waker.armed:
+            waiting.append(self.waker)
+        ready: list[Any] = wait(waiting, timeout=max(timeout, 0.0))
+        if self.waker in ready:
+            try:
+                self.maybe_work = self.waker.read() or self.maybe_work
+            except (redis.ConnectionError, redis.TimeoutError):
+                self.waker.close()
+                self.maybe_work = True
+
+    def _settle_last(self) -> None:
+        """Write what children reported before they stopped."""
+        verdicts = self._reports()
+        if verdicts:
+            try:
+                written, _ = self.broker.settle(verdicts, self.queues, 0)
+            except BrokerUnavailable as exc:
+                logger.warning("could not write %d outcomes (%s)", len(verdicts), exc)
+                return
+            for verdict, ok in zip(verdicts, written, strict=True):
+                outcome(verdict, ok)
 
     # -- children ---------------------------------------------------------------------------
 
@@ -232,37 +336,42 @@ class Supervisor:
         except DecodeError:
             return self.settings.timeout  # the child will send it to dead at once
 
-    def _collect(self, timeout: float) -> None:
-        """Read what children reported; wait up to timeout for the first report."""
-        by_conn = {slot.conn: slot for slot in self.slots if not slot.stopped}
-        for conn in wait(list(by_conn), timeout=timeout):
-            self._collect_from(by_conn[conn])  # type: ignore[index]
+    def _reports(self) -> list[Verdict]:
+        """Take what children reported since the last pass (and what is still unwritten)."""
+        verdicts, self.unwritten = self.unwritten, []
+        live = {slot.conn: slot for slot in self.slots if not slot.eof}
+        for conn in wait(list(live), timeout=0):
+            verdicts += self._read(live[conn])  # type: ignore[index]
+        return verdicts
+
+    def _read(self, slot: Slot) -> list[Verdict]:
+        """Read a child's reports: (verdict, retiring) per finished task."""
+        verdicts = []
+        try:
+            while slot.conn.poll():
+                verdict, retire = slot.conn.recv()
+                if slot.delivery is not None and slot.delivery.id == verdict.task_id:
+                    slot.delivery = None
+                slot.retiring = slot.retiring or retire
+                verdicts.append(verdict)
+        except (EOFError, OSError):
+            slot.eof = True  # the child exited: _reap handles it
+        return verdicts
 
     def _reap(self) -> None:
         for index, slot in enumerate(self.slots):
-            if slot.stopped:
+            if slot.stopped or not (slot.eof or slot.killed_for_timeout):
                 continue
             pid, status = os.waitpid(slot.pid, os.WNOHANG)
             if pid == 0:
                 continue
-            self._collect_from(slot)
+            self.unwritten += self._read(slot)
             if slot.delivery is not None:
                 self._child_died(slot, status)
             slot.conn.close()
             slot.stopped = True
             if self.stop_deadline is None:
                 self.slots[index] = self._spawn()
-
-    def _collect_from(self, slot: Slot) -> None:
-        """Read a child's reports: (task id, state, retiring) per finished task."""
-        try:
-            while slot.conn.poll():
-                task_id, _state, retire = slot.conn.recv()
-                if slot.delivery is not None and slot.delivery.id == task_id:
-                    slot.delivery = None
-                slot.retiring = slot.retiring or retire
-        except (EOFError, OSError):
-            pass  # the child exited: _reap handles it
 
     def _child_died(self, slot: Slot, status: int) -> None:
         delivery = slot.delivery
@@ -321,7 +430,7 @@ class Supervisor:
             os.kill(slot.pid, signal.SIGKILL)
             os.waitpid(slot.pid, 0)
             slot.stopped = True
-            self._collect_from(slot)  # it may have finished just before
+            self.unwritten += self._read(slot)  # it may have finished just before
             if slot.delivery is None:
                 continue
             try:
