@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+import django
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -149,6 +150,8 @@ class JobsAdmin(ModelAdmin):
             "can_change": self.has_change_permission(request),
             "can_delete": self.has_delete_permission(request),
             "states": State.ALL,
+            # Django 5.2: object tools belong inside the content block (see base.html).
+            "tools_in_content": django.VERSION < (6, 0),
             **extra,
         }
         status = 200
