@@ -29,7 +29,13 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import models
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
@@ -175,13 +181,13 @@ class JobsAdmin(ModelAdmin):
         if not allowed:
             raise PermissionDenied
         if request.method != "POST":
-            return HttpResponse(status=405, headers={"Allow": "POST"})
+            return HttpResponseNotAllowed(["POST"])
         try:
             level, text = change(get_inspector())
         except JobsDisabled:
             level, text = messages.ERROR, DISABLED
         except BrokerUnavailable as exc:
-            level, text = messages.ERROR, f"Redis is unreachable, nothing was changed: {exc}"
+            level, text = messages.ERROR, f"Redis is unreachable: {exc}"
         except ValueError as exc:  # a running task cannot be deleted
             level, text = messages.ERROR, str(exc)
         self.message_user(request, text, level)
