@@ -419,10 +419,12 @@ def test_task__escapes_payload_and_error(staff: Client, insp: Inspector) -> None
     script = "<script>alert('x')</script>"
     task_id = dead_task(script, idempotency_key=script)
 
-    for url in (task_url(task_id), f"{TASKS}?queue=default&state=dead"):
+    searched = admin.tasks_url("default", "dead", q=script)
+    for url in (task_url(task_id), admin.tasks_url("default", "dead"), searched):
         body = staff.get(url).content.decode()
         assert "<script>alert" not in body, url
         assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in body, url
+    assert task_url(task_id) in staff.get(searched).content.decode()  # found by its key
 
 
 def test_task__missing_is_404(staff: Client, insp: Inspector) -> None:
