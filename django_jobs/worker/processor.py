@@ -26,7 +26,11 @@ from django_jobs.message import DecodeError, Message, decode, payload_from_json
 
 logger = logging.getLogger("django_jobs.worker.processor")
 
-#: The longest traceback kept with a task, in characters (the end is kept: it names the cause).
+#: The longest error line kept with a task, in characters: an exception's message can be huge.
+MAX_ERROR = 1_000
+#: The longest traceback kept with a task, in characters. Its start (the stack) and its end (the
+#: exception raised last) are kept and the middle is cut, so that a huge message cannot push the
+#: stack out.
 MAX_TRACEBACK = 32_000
 
 
@@ -43,12 +47,17 @@ class Outcome:
 
 def _error_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return line if len(line) <= MAX_ERROR else line[: MAX_ERROR - 3] + "..."
 
 
 def _traceback() -> str:
     text = traceback.format_exc()
-    return text if len(text) <= MAX_TRACEBACK else "...\n" + text[-MAX_TRACEBACK:]
+    if len(text) <= MAX_TRACEBACK:
+        return text
+    half = MAX_TRACEBACK // 2
+    cut = len(text) - 2 * half
+    return f"{text[:half]}\n... ({cut} characters cut) ...\n{text[-half:]}"
 
 
 def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: bool) -> None:

@@ -15,7 +15,7 @@ from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.broker.redis import COUNTER_TTL
 from django_jobs.client import JobHandle, get_broker
 from django_jobs.testing import run_burst
-from django_jobs.worker.processor import Outcome, Processor
+from django_jobs.worker.processor import MAX_ERROR, MAX_TRACEBACK, Outcome, Processor
 from tests.conftest import RedisNamespace, wait_until
 from tests.redis_state import q, redis_now, snapshot, t
 
@@ -280,6 +280,36 @@ def test_process__max_attempts_per_enqueue(redis_ns: RedisNamespace) -> None:
     assert score is not None
     assert [o.state for o in first + second] == ["retry", "dead"]
     assert redis_ns.client.hget(broker.keys("default").task(handle.id), "attempts") == b"2"
+
+
+class Shout(Job[Greeting]):
+    """Fails with a one-line message of a million characters."""
+
+    def run(self, payload: Greeting) -> None:
+        raise ValueError("x" * 1_000_000)
+
+
+def test_process__huge_exception_message_keeps_a_bounded_error_and_the_stack(
+    redis_ns: RedisNamespace,
+) -> None:
+    # Found by the reliability battery (tests/chaos, bad input): the whole message was kept as
+    # the error "line", and the traceback kept only its last 32,000 characters, all of them "x".
+    handle = Shout.enqueue(Greeting("ada"), max_attempts=1)
+
+    (outcome,) = run_burst()
+
+    key = get_broker().keys("default").task(handle.id)
+    error, traceback = (v.decode() for v in redis_ns.client.hmget(key, ["error", "traceback"]))
+    assert outcome.state == "dead"
+    assert outcome.error == error
+    assert error.startswith("ValueError: xxx")
+    assert error.endswith("x...")
+    assert len(error) == MAX_ERROR
+    assert len(traceback) < MAX_TRACEBACK + 100
+    assert traceback.startswith("Traceback (most recent call last):\n")
+    assert "in run\n" in traceback  # the stack is kept...
+    assert "characters cut) ...\n" in traceback  # ...the middle of the message is not...
+    assert traceback.endswith("xxx\n")  # ...and its end is
 
 
 def test_process__stale_outcome_after_losing_the_lease_is_not_written(
