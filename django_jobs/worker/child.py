@@ -1,30 +1,45 @@
-"""A worker child: receive one task at a time from the supervisor, run it, report back.
+"""A worker child: fetch a task, run it, write its outcome with the next fetch; repeat.
 
-The child writes nothing to Redis itself: it sends the supervisor a Verdict (ack, retry or
-kill), and the supervisor writes the verdicts of all its children with its next fetch, in one
-round trip.
+Each child talks to Redis for itself: writing one task's outcome and fetching the next is one
+round trip (`RedisBroker.settle`), and a child fetches only when it is free, so no task waits
+behind a busy child and strict priority holds. What it runs is written to the shared slot
+table, so the supervisor can renew its lease and put the task back if the child dies.
 
-The child runs the handler on its main thread, so the task timeout is a SIGALRM that raises
-JobTimeout inside the handler. A handler that does not return to Python in time (C code holding
-the GIL, a handler that swallows JobTimeout) is killed by the supervisor after a grace period.
+The handler runs on the child's main thread, so the task timeout is a SIGALRM that raises
+JobTimeout inside it. A handler that does not return to Python in time (C code holding the GIL,
+a handler that swallows JobTimeout) is killed by the supervisor after a grace period.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import resource
 import signal
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from multiprocessing.connection import Connection
 from types import FrameType
 
+import redis
+
+from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.exceptions import JobTimeout
-from django_jobs.worker.processor import Processor
+from django_jobs.exceptions import BrokerUnavailable, JobTimeout
+from django_jobs.message import DecodeError, decode
+from django_jobs.worker.processor import Processor, outcome
+from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
 logger = logging.getLogger("django_jobs.worker.child")
+
+#: Seconds a free child blocks on Redis for a wake-up token before it looks around again.
+WAIT = 2.0
+#: Seconds between fetch attempts while no wake-up token arrives (a resumed queue, tokens lost
+#: with a Redis restart): every other way into pending pushes a token.
+RECHECK = 5.0
+
+
+class Stop(Exception):
+    """Raised in a waiting child by SIGTERM: leave the wait and exit."""
 
 
 @contextmanager
@@ -51,30 +66,110 @@ def _memory_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main(conn: Connection, broker: RedisBroker) -> None:
-    """Serve tasks until the supervisor says stop (None), goes away (EOF), or recycling is due."""
-    # The supervisor alone decides when a child stops: Ctrl-C reaches the whole process group,
-    # and a process manager may signal every process; neither may cut a task short here.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    settings = broker.settings
-    processor = Processor(broker, guard=alarm)
-    done = 0
-    while True:
-        try:
-            delivery = conn.recv()
-        except (EOFError, OSError):
-            return  # the supervisor is gone
-        if delivery is None:
-            return
-        verdict = processor.decide(delivery)
-        done += 1
-        retire = (settings.max_tasks_per_child and done >= settings.max_tasks_per_child) or (
-            settings.max_memory_per_child and _memory_mib() > settings.max_memory_per_child
-        )
-        conn.send((verdict, bool(retire)))
-        if retire:
-            logger.info(
-                "child %d retires after %d tasks (%.0f MiB)", os.getpid(), done, _memory_mib()
+class Child:
+    """The loop of one child process (slot `index` of the supervisor's table)."""
+
+    def __init__(
+        self, broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int
+    ) -> None:
+        self.broker = broker
+        self.settings = broker.settings
+        self.queues = tuple(queues)
+        self.table = table
+        self.index = index
+        self.processor = Processor(broker, queues, guard=alarm)
+        self.stopping = False
+        self.waiting = False
+        self.done = 0
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        # From the supervisor: finish the task at hand (if any), write it, and exit.
+        self.stopping = True
+        if self.waiting:
+            raise Stop
+
+    def run(self) -> None:
+        # Ctrl-C reaches the whole process group: the supervisor decides, not the child.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, self._on_term)
+        # The supervisor forked us with these blocked; one sent meanwhile is delivered now.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+        verdict: Verdict | None = None
+        maybe_work, recheck_at = True, 0.0
+        while True:
+            fetch = (
+                not self.stopping
+                and not self._retiring()
+                and (maybe_work or time.monotonic() >= recheck_at)
             )
-            return
+            if verdict is None and not fetch:
+                if self.stopping or self._retiring():
+                    return
+                maybe_work = self._wait()
+                continue
+            try:
+                written, deliveries = self.broker.settle(
+                    [verdict] if verdict else [], self.queues, 1 if fetch else 0
+                )
+            except BrokerUnavailable as exc:
+                logger.warning("%s; trying again in %gs", exc, WAIT)
+                self._pause(WAIT)
+                continue
+            if verdict is not None:
+                outcome(verdict, written[0])
+                self.table.clear(self.index)
+                verdict = None
+            if fetch and not deliveries:
+                maybe_work, recheck_at = False, time.monotonic() + RECHECK
+            if deliveries:
+                verdict = self._run(deliveries[0])
+
+    def _run(self, delivery: Delivery) -> Verdict:
+        try:
+            timeout = decode(delivery.raw).timeout
+        except DecodeError:
+            timeout = self.settings.timeout  # decide() sends it to dead at once
+        if len(delivery.id) <= MAX_ID:
+            running = Running(
+                delivery.id,
+                self.queues.index(delivery.queue),
+                delivery.epoch,
+                time.monotonic(),
+                timeout,
+            )
+            self.table.set(self.index, running)
+        self.done += 1
+        return self.processor.decide(delivery)
+
+    def _retiring(self) -> bool:
+        limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child
+        return bool((limit and self.done >= limit) or (ceiling and _memory_mib() > ceiling))
+
+    def _wait(self) -> bool:
+        """Block until a wake-up token arrives (True) or WAIT passes (False)."""
+        self.waiting = True
+        try:
+            if self.stopping:
+                raise Stop
+            return self.broker.wait_for_work(self.queues, WAIT)
+        except BrokerUnavailable as exc:
+            logger.warning("%s; trying again in %gs", exc, WAIT)
+            self._pause(WAIT)
+            return True
+        except (redis.ConnectionError, redis.TimeoutError):
+            return True
+        finally:
+            self.waiting = False
+
+    def _pause(self, seconds: float) -> None:
+        # Not a "waiting" pause: a SIGTERM here must not drop an outcome still to be written.
+        if not self.stopping:
+            time.sleep(seconds)
+
+
+def main(broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int) -> None:
+    """Run a child until it is told to stop or retires."""
+    try:
+        Child(broker, queues, table, index).run()
+    except Stop:
+        pass

@@ -14,7 +14,8 @@ from django_jobs.broker.redis import RedisBroker, connect
 from django_jobs.conf import JobsSettings, get_settings
 from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.worker.banner import banner, redis_warnings
-from django_jobs.worker.supervisor import POLL, Supervisor
+from django_jobs.worker.child import WAIT
+from django_jobs.worker.supervisor import Supervisor
 
 
 class Command(BaseCommand):
@@ -61,7 +62,7 @@ class Command(BaseCommand):
     ) -> None:
         _log_to_stderr()
         assert settings.redis_url is not None
-        client = connect(settings.redis_url, settings.enqueue_timeout, blocking=POLL)
+        client = connect(settings.redis_url, settings.enqueue_timeout, blocking=WAIT)
         broker = RedisBroker(client, settings)
         for line in banner(broker, queues, concurrency):
             self.stdout.write(line)
