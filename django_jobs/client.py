@@ -16,7 +16,6 @@ from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.broker.redis import RedisBroker, connect
 from django_jobs.conf import JobsSettings, get_settings, to_seconds
 from django_jobs.exceptions import DuplicateJob, JobsDisabled, PayloadTooLarge, UnknownQueue
-from django_jobs.keys import QueueKeys
 from django_jobs.message import Message, encode, payload_to_json
 
 if TYPE_CHECKING:
@@ -183,7 +182,7 @@ def _submit(
     job: type[Job[Any]], messages: list[tuple[Message, str]], resolved: Resolved
 ) -> list[JobHandle]:
     broker = get_broker()
-    keys = QueueKeys(broker.settings.namespace, resolved.queue)
+    keys = broker.keys(resolved.queue)
     handles = []
     for start in range(0, len(messages), BATCH_SIZE):
         batch = messages[start : start + BATCH_SIZE]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import typing
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +37,14 @@ class Message:
 
 def encode(message: Message) -> str:
     """Encode a message as compact JSON."""
-    body = {"v": VERSION, **dataclasses.asdict(message)}
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    m = message
+    body = {"v": VERSION, "id": m.id, "job": m.job, "queue": m.queue, "payload": m.payload,
+            "max_attempts": m.max_attempts, "timeout": m.timeout, "retention": m.retention,
+            "idempotency_key": m.idempotency_key}  # fmt: skip
+    return _dumps(body)
+
+
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
 def decode(raw: str | bytes) -> Message:
@@ -87,29 +92,43 @@ def _field_checks(m: Message) -> list[tuple[str, bool]]:
 
 def payload_to_json(payload: object, payload_type: type[Any]) -> dict[str, Any]:
     """Return the payload's fields as JSON values, or raise InvalidPayload naming the field."""
+    names = _field_names(payload_type)
     if type(payload) is not payload_type:
         raise InvalidPayload(
             f"expected a {payload_type.__qualname__} payload, got {type(payload).__qualname__}"
         )
-    data: dict[str, Any] = {}
-    for field in dataclasses.fields(typing.cast(Any, payload_type)):
-        value = getattr(payload, field.name)
+    data = {name: getattr(payload, name) for name in names}
+    try:
+        if json.loads(_dumps(data)) == data:  # the common case: one round trip for all fields
+            return data
+    except (TypeError, ValueError):
+        pass
+    for name, value in data.items():  # find the field to name in the error
         try:
             survived = json.loads(json.dumps(value))
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(
-                f"{payload_type.__qualname__}.{field.name} holds a {type(value).__name__}, which "
+                f"{payload_type.__qualname__}.{name} holds a {type(value).__name__}, which "
                 f"JSON cannot encode ({exc}); use str, int, float, bool, None, lists and dicts "
                 f"with str keys, and pass references (ids) rather than objects"
             ) from None
         if survived != value:
             raise InvalidPayload(
-                f"{payload_type.__qualname__}.{field.name} does not survive a JSON round trip "
+                f"{payload_type.__qualname__}.{name} does not survive a JSON round trip "
                 f"({value!r} comes back as {survived!r}); use lists rather than tuples and "
                 f"str keys in dicts"
             )
-        data[field.name] = value
-    return data
+    raise AssertionError("unreachable: the payload failed as a whole but no field did")
+
+
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _field_names(payload_type: type[Any]) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(payload_type)
+    if names is None:
+        names = _FIELD_NAMES[payload_type] = tuple(f.name for f in dataclasses.fields(payload_type))
+    return names
 
 
 def payload_from_json(data: dict[str, Any], payload_type: type[Any]) -> Any:

@@ -1,0 +1,47 @@
+-- enqueue_many: write a batch of new tasks of one queue, all due at the same time, in one call.
+-- The bulk form of enqueue (no idempotency keys): cheaper per task than one script call each.
+--
+-- KEYS[1]  <ns>:{<q>}:pending       list, newest on the left
+-- KEYS[2]  <ns>:{<q>}:scheduled     sorted set, score = due time
+-- KEYS[3]  <ns>:{<q>}:wake          wake-up tokens for idle workers
+-- KEYS[4..]  <ns>:{<q>}:t:<id>      the task records, in the order of the ids below
+-- ARGV[1]  delay in seconds from now (0: now)
+-- ARGV[2]  absolute due time in epoch seconds, or "" (wins over the delay)
+-- ARGV[3], ARGV[4], ...  pairs of task id and encoded message
+-- Returns  {state, written}: "pending" or "scheduled", and how many tasks were new (a replayed
+--          call finds its tasks written and writes nothing again).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local due = now
+if ARGV[2] ~= '' then
+  due = tonumber(ARGV[2])
+elseif tonumber(ARGV[1]) > 0 then
+  due = now + tonumber(ARGV[1])
+end
+local state = 'pending'
+if due > now then
+  state = 'scheduled'
+end
+local written = 0
+local enqueued_at = tostring(now)
+for i = 4, #KEYS do
+  local id = ARGV[2 * (i - 4) + 3]
+  if redis.call('EXISTS', KEYS[i]) == 0 then
+    redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
+      enqueued_at, 'attempts', 0, 'crashes', 0, 'epoch', 0)
+    if state == 'scheduled' then
+      redis.call('HSET', KEYS[i], 'next_at', tostring(due))
+      redis.call('ZADD', KEYS[2], due, id)
+    else
+      redis.call('LPUSH', KEYS[1], id)
+    end
+    written = written + 1
+  end
+end
+if state == 'pending' and written > 0 then
+  for _ = 1, math.min(written, 64) do
+    redis.call('LPUSH', KEYS[3], '1')
+  end
+  redis.call('LTRIM', KEYS[3], 0, 63)
+end
+return {state, written}
