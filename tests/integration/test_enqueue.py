@@ -1,6 +1,7 @@
 """Enqueue as a user calls it: validation before anything is written, defaults, errors."""
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -201,6 +202,37 @@ def test_enqueue__frozen_redis_raises_within_the_deadline_and_writes_whole_or_no
     # An error here may still mean enqueued (the docs say so), but never half a task.
     assert set(pending) == records
     assert len(records) in (1, 2)
+
+
+def test_enqueue__frozen_redis_raises_within_the_deadline_on_new_connections_too(
+    private_redis: RedisServer, settings: Any
+) -> None:
+    # Found by the reliability battery (tests/chaos, Redis frozen): enqueues from several
+    # threads, each on a connection new to the pool, took twice ENQUEUE_TIMEOUT to give up,
+    # because a new connection's health check pinged Redis with retries of its own.
+    settings.JOBS = {"REDIS_URL": private_redis.url, "NAMESPACE": "t", "ENQUEUE_TIMEOUT": 1}
+    SendMail.enqueue(Mail("warm-up"))  # connect and load the script first
+    elapsed: list[float] = []
+
+    def enqueue() -> None:
+        started = time.monotonic()
+        try:
+            SendMail.enqueue(Mail("during the freeze"))
+        except BrokerUnavailable:
+            elapsed.append(time.monotonic() - started)
+
+    private_redis.freeze()
+    try:
+        threads = [threading.Thread(target=enqueue) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    finally:
+        private_redis.thaw()
+
+    assert len(elapsed) == 4
+    assert max(elapsed) < 1.5, elapsed
 
 
 def test_enqueue__disabled_inline_runs_now(settings: Any) -> None:
