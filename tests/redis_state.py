@@ -8,6 +8,7 @@ parse the `msg` field, so that a whole namespace compares exactly.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -42,11 +43,15 @@ def redis_now(client: redis.Redis) -> float:
 
 
 def when(value: float, now: float) -> str:
-    """A time as its distance from now in whole seconds: "now", "now+30", "now-7200"."""
+    """A time as its distance from now in whole seconds: "now", "now+30", "now-7200".
+
+    Rounded up: the snapshot is read a moment after the script ran, so a lease set to now+30
+    reads as now+29.7 (ceil keeps it exact for any delay under a second, e.g. under load).
+    """
     offset = value - now
     if -RECENT < offset < 0.5:
         return "now"
-    return f"now{round(offset):+d}"
+    return f"now{math.ceil(offset):+d}"
 
 
 def _hash(raw: dict[bytes, bytes], now: float) -> dict[str, Any]:
@@ -90,7 +95,7 @@ def snapshot(ns: RedisNamespace) -> dict[str, tuple[Any, ...]]:
         else:
             raise AssertionError(f"unexpected {kind} at {key}")
         ttl = client.pttl(key)
-        out[name] = (kind, content) if ttl < 0 else (kind, content, round(ttl / 1000))
+        out[name] = (kind, content) if ttl < 0 else (kind, content, math.ceil(ttl / 1000))
     return out
 
 
