@@ -1,7 +1,7 @@
 # The two commands of the README, plus their shared set-up.
 #   make demo   the demo project with a worker (uses the local Redis when it answers)
 #   make test   lint, types, docs and the test suite on every supported Python and Django
-.PHONY: demo test venv clean
+.PHONY: demo test venv clean chromium
 
 # Find a working interpreter: PATH first, then pyenv's versions folder (pyenv's shims refuse a
 # version that is not selected, so we look past them).
@@ -23,7 +23,13 @@ venv: .venv/.installed
 demo: venv
 	.venv/bin/python -m testproject.demo
 
-test: venv
+# The admin's browser test drives Debian's chromium (Playwright's own browser download is not
+# used): install it when it is missing.
+chromium:
+	@test -x /usr/bin/chromium || { echo "installing chromium for the admin's browser test"; \
+		apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: venv chromium
 	@test -n "$(PYTHON312)" || { echo "python3.12 not found (needed for Django 6)"; exit 1; }
 	@test -n "$(PYTHON311)" || { echo "python3.11 not found (needed for the Django 5.2 leg)"; exit 1; }
 	UV_PYTHON_DOWNLOADS=never .venv/bin/nox --default-venv-backend uv $(NOXARGS)
