@@ -215,3 +215,25 @@ def test_runworker__idle_worker_wakes_within_milliseconds_and_stays_quiet(
     Sleep.enqueue(Work("wake"))
     wait_until(lambda: done(on_private) == ["wake:1:0"], timeout=5, interval=0.005)
     assert time.monotonic() - sent < 1.0
+
+
+def test_runworker__whole_worker_killed_its_task_comes_back_after_the_lease(
+    worker: Worker, redis_ns: RedisNamespace, tmp_path: Any
+) -> None:
+    # Given a worker (LEASE 3 s) running a slow task
+    handle = Sleep.enqueue(Work("orphaned", seconds=2))
+    worker.start("--concurrency", "1")
+    started(redis_ns, "orphaned")
+
+    # When the whole worker dies at once (supervisor and child)
+    worker.kill()
+
+    # Then a second worker gets the task once its lease has expired, as a crash, not a failure
+    second = Worker(redis_ns.url, redis_ns.namespace, tmp_path / "second.log").start(
+        "--concurrency", "1"
+    )
+    try:
+        wait_until(lambda: done(redis_ns) == ["orphaned:1:1"], timeout=30, why=second.output)
+    finally:
+        second.kill()
+    assert task_state(handle.id).attempts == 0
