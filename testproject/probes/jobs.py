@@ -109,3 +109,49 @@ class Stamp(Job[Sent]):
 
     def run(self, payload: Sent) -> None:
         get_broker().client.rpush(_key("latency"), time.time() - payload.sent)
+
+
+@dataclass(frozen=True)
+class ChaosWork:
+    #: The battery's own number for this enqueue: a job id is unknown when enqueue raises.
+    n: int
+    #: Seconds to sleep (interruptible work).
+    seconds: float = 0.0
+    #: Length of a sum(range(...)): C code that holds the GIL for the whole call.
+    spin: int = 0
+    #: "" succeeds; "raise" fails every run; "crash" kills its own process every run.
+    fail: str = ""
+    #: Characters in the message of the "raise" error (a huge traceback).
+    message_size: int = 0
+
+
+def _chaos_log(event: str, job_id: str, n: int, attempt: int) -> None:
+    """Append one line to this process's log in $CHAOS_LOG_DIR (one O_APPEND write: it survives
+    kill -9 of the process right after, and two processes never share a file)."""
+    path = os.path.join(os.environ["CHAOS_LOG_DIR"], f"{os.getpid()}.log")
+    line = f"{event} {job_id} {n} {attempt} {os.getpid()} {time.time():.6f}\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+class Chaos(Job[ChaosWork]):
+    """The reliability battery's job (tests/chaos): log "start", work, then log "done".
+
+    A "done" line is written only after the work, so a job id with two "done" lines ran to
+    completion twice. Nothing else is written anywhere: the log is the battery's evidence.
+    """
+
+    def run(self, payload: ChaosWork) -> None:
+        _chaos_log("start", self.context.job_id, payload.n, self.context.attempt)
+        if payload.fail == "crash":
+            os.kill(os.getpid(), 9)
+        if payload.seconds:
+            time.sleep(payload.seconds)
+        if payload.spin:
+            sum(range(payload.spin))
+        if payload.fail == "raise":
+            raise RuntimeError(f"poison {payload.n}: " + "x" * payload.message_size)
+        _chaos_log("done", self.context.job_id, payload.n, self.context.attempt)

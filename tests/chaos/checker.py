@@ -1,0 +1,215 @@
+"""The checker: what the jobs logged against what enqueue accepted and the faults injected.
+
+The Chaos job writes `<event> <job id> <n> <attempt> <pid> <time>` lines, "start" before its
+work and "done" after it, to `<log dir>/<pid>.log`. A job id with no "done" line was lost; one
+with two or more ran to completion more than once, which only a fault may explain.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """One line of the log."""
+
+    event: str
+    job_id: str
+    n: int
+    attempt: int
+    pid: int
+    time: float
+
+
+class Log:
+    """Every process's log in one directory, read incrementally (files only ever grow)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+        self.starts: dict[str, list[Execution]] = defaultdict(list)
+        self.dones: dict[str, list[Execution]] = defaultdict(list)
+        self.by_pid: dict[int, list[Execution]] = defaultdict(list)
+        self.lines = 0
+
+    def read(self) -> Log:
+        """Take in what was appended since the last read."""
+        for path in sorted(self.directory.glob("*.log")):
+            with path.open("rb") as f:
+                f.seek(self.offsets.get(path, 0))
+                data = self.partial.pop(path, b"") + f.read()
+                self.offsets[path] = f.tell()
+            *lines, rest = data.split(b"\n")
+            if rest:
+                self.partial[path] = rest  # a line still being written
+            for line in lines:
+                self._add(line.decode())
+        return self
+
+    def _add(self, line: str) -> None:
+        event, job_id, n, attempt, pid, at = line.split()
+        execution = Execution(event, job_id, int(n), int(attempt), int(pid), float(at))
+        (self.starts if event == "start" else self.dones)[job_id].append(execution)
+        self.by_pid[execution.pid].append(execution)
+        self.lines += 1
+
+    def done_ids(self) -> set[str]:
+        return set(self.dones)
+
+    def started(self, job_id: str) -> list[Execution]:
+        """The job's "start" lines so far (empty if none)."""
+        return self.starts.get(job_id, [])
+
+    def finished(self, job_id: str) -> list[Execution]:
+        """The job's "done" lines so far (empty if none)."""
+        return self.dones.get(job_id, [])
+
+    def first_start_after(self, job_id: str, when: float) -> float | None:
+        times = [e.time for e in self.starts.get(job_id, ()) if e.time > when]
+        return min(times, default=None)
+
+    def running_at(self, pid: int, when: float) -> str | None:
+        """The job a process had started and not finished at a time, if any."""
+        current: str | None = None
+        for execution in self.by_pid.get(pid, ()):
+            if execution.time > when:
+                break
+            current = execution.job_id if execution.event == "start" else None
+        return current
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    n: int
+    queue: str
+    #: time.time() when enqueue was called, and when it returned.
+    sent: float
+    at: float
+
+
+@dataclass
+class Ledger:
+    """What enqueue accepted (by job id), and the numbers of enqueues that raised."""
+
+    accepted: dict[str, Accepted] = field(default_factory=dict)
+    #: Numbers whose enqueue raised BrokerUnavailable: they may or may not have been applied.
+    uncertain: set[int] = field(default_factory=set)
+    #: Accepted ids meant to end dead (poison): never "lost", never allowed to be done.
+    expect_dead: set[str] = field(default_factory=set)
+    #: Accepted ids a known-cost fault may take away (a Redis restart without persistence).
+    may_lose: set[str] = field(default_factory=set)
+    _counter: itertools.count[int] = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_n(self) -> int:
+        with self._lock:
+            return next(self._counter)
+
+    def accept(self, job_id: str, n: int, queue: str, sent: float, at: float) -> None:
+        with self._lock:
+            self.accepted[job_id] = Accepted(n, queue, sent, at)
+
+    def expected(self) -> set[str]:
+        """Accepted ids that must run to completion."""
+        with self._lock:
+            return set(self.accepted) - self.expect_dead - self.may_lose
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A fault the battery injected, and how many duplicates it can explain.
+
+    A "done" line is blamed on the fault if it was written by one of its processes no later than
+    `end` (a kill, a freeze), or, for a fault without processes (Redis), between `start` and
+    `end` (the scenario widens the window by how long a task caught in it may still run).
+    """
+
+    kind: str
+    start: float
+    end: float
+    pids: frozenset[int]
+    #: The most duplicates it can cause (the tasks it could catch between "done" and ack).
+    cap: int
+
+    def blames(self, execution: Execution) -> bool:
+        if self.pids:
+            return execution.pid in self.pids and execution.time <= self.end
+        return self.start <= execution.time <= self.end
+
+
+@dataclass
+class Verdict:
+    lost: list[str]
+    #: Accepted and done, but whose record in Redis is not "completed" (id -> state).
+    not_completed: dict[str, str | None]
+    duplicated: dict[str, list[Execution]]
+    unexpected: list[str]
+    #: Duplicates no injected fault explains.
+    untraced: list[str]
+    #: The most duplicates the faults can explain.
+    cap: int
+    #: Poison tasks that ran to completion.
+    revived: list[str]
+
+    @property
+    def problems(self) -> list[str]:
+        found = []
+        if self.lost:
+            found.append(f"{len(self.lost)} lost, e.g. {self.lost[:3]}")
+        if self.not_completed:
+            sample = list(self.not_completed.items())[:3]
+            found.append(f"{len(self.not_completed)} done but not completed in Redis: {sample}")
+        if self.unexpected:
+            found.append(f"{len(self.unexpected)} unexpected, e.g. {self.unexpected[:3]}")
+        if self.untraced:
+            found.append(f"{len(self.untraced)} duplicates no fault explains: {self.untraced[:3]}")
+        if len(self.duplicated) > self.cap:
+            found.append(f"{len(self.duplicated)} duplicates, more than the faults' {self.cap}")
+        if self.revived:
+            found.append(f"{len(self.revived)} poison tasks completed: {self.revived[:3]}")
+        return found
+
+
+def check(
+    ledger: Ledger,
+    log: Log,
+    faults: Iterable[Fault],
+    states: Mapping[str, str | None] | None = None,
+) -> Verdict:
+    """Compare the log with the ledger; states (id -> Redis state) adds the completed check."""
+    faults = list(faults)
+    expected = ledger.expected()
+    done = log.done_ids()
+    lost = sorted(expected - done)
+    not_completed = {}
+    if states is not None:
+        not_completed = {
+            i: states.get(i) for i in sorted(expected & done) if states.get(i) != "completed"
+        }
+    duplicated = {i: runs for i, runs in log.dones.items() if len(runs) > 1}
+    unexpected = sorted(
+        i
+        for i, runs in log.dones.items()
+        if i not in ledger.accepted and runs[0].n not in ledger.uncertain
+    )
+    untraced = sorted(
+        i
+        for i, runs in duplicated.items()
+        if not any(f.blames(run) for run in runs for f in faults)
+    )
+    return Verdict(
+        lost=lost,
+        not_completed=not_completed,
+        duplicated=duplicated,
+        unexpected=unexpected,
+        untraced=untraced,
+        cap=sum(f.cap for f in faults),
+        revived=sorted(ledger.expect_dead & done),
+    )

@@ -1,0 +1,56 @@
+"""How hard each scenario pushes: "short" runs in CI (under 5 minutes), "long" by hand."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    #: Scenario 1: jobs drained by two workers, and kill -9s (children and whole workers).
+    kill_jobs: int
+    kills: int
+    #: Scenario 2: jobs drained while workers get SIGTERM and are restarted, and how often.
+    term_jobs: int
+    terms: int
+    #: Scenario 3: rounds of CLIENT KILL (several each) and freezes; restarts of each kind.
+    redis_rounds: int
+    restarts: int
+    #: Scenario 4: times a worker is frozen past its lease.
+    freezes: int
+    #: Scenario 6: poison tasks of each kind (crash, raise).
+    poison: int
+    #: Scenario 8: soak length in seconds and enqueue rate in jobs per second.
+    soak_seconds: float
+    soak_rate: float
+
+
+PROFILES = {
+    "short": Profile(
+        name="short",
+        kill_jobs=1000,
+        kills=10,
+        term_jobs=600,
+        terms=6,
+        redis_rounds=1,
+        restarts=1,
+        freezes=1,
+        poison=2,
+        soak_seconds=30,
+        soak_rate=50,
+    ),
+    "long": Profile(
+        name="long",
+        kill_jobs=5000,
+        kills=32,
+        term_jobs=3000,
+        terms=20,
+        redis_rounds=4,
+        restarts=3,
+        freezes=3,
+        poison=5,
+        soak_seconds=600,
+        soak_rate=50,
+    ),
+}

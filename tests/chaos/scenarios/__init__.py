@@ -1,0 +1,35 @@
+"""The scenarios, in the order of issue 7: each fills in a Result; raising fails it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tests.chaos.harness import Run
+from tests.chaos.profiles import Profile
+from tests.chaos.report import Result
+from tests.chaos.scenarios import (
+    bad_input,
+    frozen_worker,
+    gil,
+    kills,
+    poison,
+    redis_faults,
+    sigterm,
+    soak,
+)
+
+Scenario = Callable[[Run, Profile, Result], None]
+
+#: (key for --only, title, function), in the order they run.
+SCENARIOS: list[tuple[str, str, Scenario]] = [
+    ("1", "1 kill -9 children/workers", kills.run),
+    ("2", "2 SIGTERM, restarted", sigterm.run),
+    ("3a", "3a Redis CLIENT KILL, SIGSTOP", redis_faults.connections_and_freeze),
+    ("3b", "3b Redis restart, no persistence", redis_faults.restart_without_persistence),
+    ("3c", "3c Redis restart, appendonly", redis_faults.restart_with_aof),
+    ("4", "4 worker frozen past lease", frozen_worker.run),
+    ("5", "5 handler holds the GIL", gil.run),
+    ("6", "6 poison tasks", poison.run),
+    ("7", "7 bad input", bad_input.run),
+    ("8", "8 soak", soak.run),
+]

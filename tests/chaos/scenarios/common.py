@@ -1,0 +1,109 @@
+"""Helpers the scenarios share: checking a drained stage, timing recoveries, a steady feeder."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from django_jobs.exceptions import BrokerUnavailable
+from testproject.probes.jobs import ChaosWork
+from tests.chaos.checker import Fault, Log, check
+from tests.chaos.harness import ChaosError, Stage
+from tests.chaos.report import Result, seconds
+
+
+def conclude(
+    stage: Stage, result: Result, *, drain: float | None = None, states: bool = True
+) -> None:
+    """Drain (if given a timeout), check the log against the ledger and faults, count it in.
+
+    A drain that times out is a problem, and the check still runs: it says what was lost.
+    """
+    if drain is not None:
+        try:
+            stage.drain(timeout=drain)
+        except ChaosError as exc:
+            result.problems.append(str(exc))
+    stage.log.read()
+    verdict = check(stage.ledger, stage.log, stage.faults, stage.states() if states else None)
+    result.take(verdict, jobs=len(stage.ledger.accepted))
+    result.faults += len(stage.faults)
+    if verdict.duplicated:
+        result.note(
+            f"{len(verdict.duplicated)} duplicate(s), each traced to an injected fault "
+            f"(the faults could explain up to {verdict.cap})"
+            if not verdict.untraced
+            else f"{len(verdict.duplicated)} duplicate(s), {len(verdict.untraced)} untraced"
+        )
+
+
+def orphan_recoveries(log: Log, faults: Iterable[Fault]) -> dict[str, list[float]]:
+    """For each task a kill or freeze caught mid-run: seconds until it started again, by kind."""
+    log.read()
+    times: dict[str, list[float]] = {}
+    for fault in faults:
+        for pid in fault.pids:
+            job_id = log.running_at(pid, fault.start)
+            if job_id is None:
+                continue
+            again = log.first_start_after(job_id, fault.start)
+            if again is not None:
+                times.setdefault(fault.kind, []).append(again - fault.start)
+    return times
+
+
+def spread(values: list[float]) -> str:
+    """p50 and max of some seconds, for a note."""
+    if not values:
+        return "-"
+    return f"p50 {seconds(statistics.median(values))}, max {seconds(max(values))}"
+
+
+class Feeder:
+    """Enqueue jobs at a steady rate from a thread, counting enqueues that raised."""
+
+    def __init__(
+        self,
+        stage: Stage,
+        per_second: float,
+        make: Callable[[int], ChaosWork],
+        batch: int = 5,
+        **options: object,
+    ) -> None:
+        self.stage = stage
+        self.interval = batch / per_second
+        self.batch = batch
+        self.make = make
+        self.options = options
+        self.failures = 0
+        #: An unexpected error that stopped the feeder, raised again when it is left.
+        self.error: BaseException | None = None
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._feed, name="feeder", daemon=True)
+
+    def __enter__(self) -> Feeder:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(timeout=30)
+        if self.error is not None:
+            raise ChaosError(f"the feeder stopped: {self.error!r}") from self.error
+
+    def _feed(self) -> None:
+        next_at = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                self.stage.enqueue(self.batch, self.make, **self.options)
+            except BrokerUnavailable:
+                self.failures += 1
+            except BaseException as exc:
+                self.error = exc
+                return
+            next_at += self.interval
+            # Pacing a steady rate, not waiting for a condition; catch up after a stall.
+            self.stopping.wait(max(0.0, next_at - time.monotonic()))
+            next_at = max(next_at, time.monotonic() - self.interval)
