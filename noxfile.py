@@ -6,7 +6,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 
-nox.options.sessions = ["lint", "docs", "package", "tests"]
+nox.options.sessions = ["lint", "docs", "package", "tests", "chaos"]
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 
@@ -59,3 +59,13 @@ def tests(session: nox.Session, django: str, db: str) -> None:
     env = {"DATABASE_URL": POSTGRES_URL if db == "postgres" else "sqlite:///:memory:"}
     session.run("python", "-c", "import django; print('Django', django.get_version())")
     session.run("pytest", "-n", "2", *session.posargs, env=env)
+
+
+@nox.session(python="3.12")
+def chaos(session: nox.Session) -> None:
+    """The reliability battery, short profile (tests/chaos): real workers, faults, a checker.
+
+    Needs the Redis of the tests and redis-server on PATH (it starts servers of its own).
+    """
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "tests.chaos", "--profile", "short", *session.posargs)
