@@ -10,13 +10,15 @@ MAX_EXAMPLES examples per mode, so the whole run stays within seconds.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import schemathesis
 from django.contrib.auth import get_user_model
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from drf_spectacular.validation import validate_schema
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -91,6 +93,23 @@ def test_schema__describes_every_operation(db: None) -> None:
         "cursor",
         "order",
     }
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_test_connection() -> Iterator[None]:
+    """Calls through the WSGI app must not close the test's database connection.
+
+    Django closes stale connections when a request starts and ends; inside a test's
+    transaction that closes it for good (on PostgreSQL). Django's test client disconnects
+    the same handler for the same reason.
+    """
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
 
 
 @pytest.fixture
