@@ -25,7 +25,6 @@ import redis
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable, JobTimeout
-from django_jobs.message import DecodeError, decode
 from django_jobs.worker.processor import Processor, outcome
 from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
@@ -77,7 +76,8 @@ class Child:
         self.queues = tuple(queues)
         self.table = table
         self.index = index
-        self.processor = Processor(broker, queues, guard=alarm)
+        self.processor = Processor(broker, queues, guard=self._guard)
+        self.current: Delivery | None = None
         self.stopping = False
         self.waiting = False
         self.done = 0
@@ -125,21 +125,20 @@ class Child:
                 verdict = self._run(deliveries[0])
 
     def _run(self, delivery: Delivery) -> Verdict:
-        try:
-            timeout = decode(delivery.raw).timeout
-        except DecodeError:
-            timeout = self.settings.timeout  # decide() sends it to dead at once
-        if len(delivery.id) <= MAX_ID:
-            running = Running(
-                delivery.id,
-                self.queues.index(delivery.queue),
-                delivery.epoch,
-                time.monotonic(),
-                timeout,
-            )
-            self.table.set(self.index, running)
+        self.current = delivery
         self.done += 1
         return self.processor.decide(delivery)
+
+    @contextmanager
+    def _guard(self, timeout: float) -> Iterator[None]:
+        """Around the handler: publish the task in the slot table, and arm the timeout."""
+        delivery = self.current
+        if delivery is not None and len(delivery.id) <= MAX_ID:
+            queue_index = self.queues.index(delivery.queue)
+            running = Running(delivery.id, queue_index, delivery.epoch, time.monotonic(), timeout)
+            self.table.set(self.index, running)
+        with alarm(timeout):
+            yield
 
     def _retiring(self) -> bool:
         limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child
