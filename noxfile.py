@@ -6,7 +6,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 
-nox.options.sessions = ["lint", "docs", "package", "tests", "chaos"]
+nox.options.sessions = ["lint", "docs", "package", "tests", "chaos", "bench"]
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 
@@ -69,3 +69,14 @@ def chaos(session: nox.Session) -> None:
     """
     session.install("-e", ".[dev]")
     session.run("python", "-m", "tests.chaos", "--profile", "short", *session.posargs)
+
+
+@nox.session(python="3.12")
+def bench(session: nox.Session) -> None:
+    """The benchmark beside Celery, RQ, Dramatiq, Huey and arq, as a one-minute smoke run.
+
+    The peers go into .bench-venv/<peer>/ from PyPI, never into this session's venv; the
+    harness starts a redis-server of its own. `nox -s bench -- --runs 3` etc. pass options on.
+    """
+    session.install("-e", ".", "uv")
+    session.run("python", "-m", "bench", "--quick", *session.posargs)
