@@ -38,6 +38,7 @@ import platform
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -193,6 +194,27 @@ def kill9(ctx: Context, probe: redis.Redis, cap: float, tmp: Path) -> float | No
             if worker is not None:
                 worker.kill9()
         driver.close()
+
+
+def revision() -> str:
+    """The commit of the checkout, and whether django_jobs/ differs from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout.strip()  # fmt: skip
+
+    try:
+        commit, dirty = (
+            git("rev-parse", "--short", "HEAD"),
+            git("status", "--porcelain", "django_jobs"),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return commit + (" with uncommitted changes in django_jobs/" if dirty else "")
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def machine() -> dict[str, str]:
@@ -368,7 +390,7 @@ def main() -> None:
         parser.error(f"unknown systems {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
     if not shutil.which("redis-server"):
         sys.exit("redis-server is not on PATH: the benchmark starts a private one")
-    began = time.monotonic()
+    began, load_before = time.monotonic(), loadavg()
     labels = {s: load(s).TITLE for s in systems}
     pythons = {
         s: ensure_venv(args.venvs, s, load(s).REQUIREMENTS, sys.stderr)
@@ -390,7 +412,7 @@ def main() -> None:
                     del cases["ours"]
             kills = bench.kills(cases)
         redis_version = bench.probe.info("server")["redis_version"]
-    elapsed = time.monotonic() - began
+    elapsed, load_after = time.monotonic() - began, loadavg()
 
     cells = {name: fmt_kill(value, sizes.cap) for name, value in kills.items()}
     short = ", ".join(f"{k}={v:g}" for k, v in lease.items())
@@ -409,6 +431,7 @@ def main() -> None:
         f"machine: {info['cores']} cores, {info['memory']}, {info['cpu']}, {info['kernel']}; "
         f"Redis {redis_version} (private, no persistence)"
     )
+    print(f"django-jobs at {revision()}; load average before {load_before}, after {load_after}")
     print()
     print("\n".join(table(labels, med, cells)))
     print()
@@ -435,6 +458,8 @@ def main() -> None:
         data = {
             "command": command,
             "machine": info,
+            "revision": revision(),
+            "load": [load_before, load_after],
             "redis": redis_version,
             "sizes": asdict(sizes),
             "versions": versions,
