@@ -19,6 +19,11 @@ from dataclasses import dataclass
 RECORD = struct.Struct("<Ihq64sdd")
 #: Longest task id a slot holds; a longer (hand-made) id is left to the lease to recover.
 MAX_ID = 64
+#: Reads of a slot caught mid-write before `get` reports it empty: a writer holds a slot for
+#: microseconds, but one killed mid-write would hold it forever.
+SPINS = 10_000
+#: The sequence number is 32 bits: it wraps (keeping its parity) after 2**32 writes.
+SEQ = 0xFFFFFFFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,36 +48,55 @@ class SlotTable:
         """Record that the child in slot index runs this task."""
         offset = index * RECORD.size
         seq = RECORD.unpack_from(self.memory, offset)[0]
-        struct.pack_into("<I", self.memory, offset, seq + 1)  # odd: writing
+        struct.pack_into("<I", self.memory, offset, (seq + 1) & SEQ)  # odd: writing
         RECORD.pack_into(
             self.memory,
             offset,
-            seq + 1,
+            (seq + 1) & SEQ,
             running.queue_index,
             int(running.epoch),
             running.task_id.encode("ascii", "replace"),
             running.started,
             running.timeout,
         )
-        struct.pack_into("<I", self.memory, offset, seq + 2)
+        struct.pack_into("<I", self.memory, offset, (seq + 2) & SEQ)
 
     def clear(self, index: int) -> None:
         """Record that the child in slot index runs nothing."""
         offset = index * RECORD.size
         seq = RECORD.unpack_from(self.memory, offset)[0]
-        struct.pack_into("<I", self.memory, offset, seq + 1)
-        RECORD.pack_into(self.memory, offset, seq + 1, 0, 0, b"", 0.0, 0.0)
-        struct.pack_into("<I", self.memory, offset, seq + 2)
+        struct.pack_into("<I", self.memory, offset, (seq + 1) & SEQ)
+        RECORD.pack_into(self.memory, offset, (seq + 1) & SEQ, 0, 0, b"", 0.0, 0.0)
+        struct.pack_into("<I", self.memory, offset, (seq + 2) & SEQ)
+
+    def reset(self, index: int) -> Running | None:
+        """Empty the slot of a child that exited; return what it ran if its record is whole.
+
+        Only the supervisor calls this, once the child is reaped and nothing writes the slot. A
+        child killed mid-write leaves the sequence odd, which would make every later read spin
+        and every later write flip its parity: the slot starts over even.
+        """
+        offset = index * RECORD.size
+        seq = RECORD.unpack_from(self.memory, offset)[0]
+        running = self.get(index) if seq % 2 == 0 else None
+        RECORD.pack_into(self.memory, offset, (seq + 2 - seq % 2) & SEQ, 0, 0, b"", 0.0, 0.0)
+        return running
 
     def get(self, index: int) -> Running | None:
-        """What the child in slot index runs, if anything (a consistent read)."""
+        """What the child in slot index runs, if anything (a consistent read).
+
+        None too when no consistent read comes within SPINS tries (a write in progress, or a
+        child killed mid-write, whose slot `reset` empties): ask again later.
+        """
         offset = index * RECORD.size
-        while True:
+        for _ in range(SPINS):
             seq, queue_index, epoch, raw_id, started, timeout = RECORD.unpack_from(
                 self.memory, offset
             )
             if seq % 2 == 0 and struct.unpack_from("<I", self.memory, offset)[0] == seq:
                 break
+        else:
+            return None
         task_id = raw_id.rstrip(b"\0").decode("ascii", "replace")
         if not task_id:
             return None

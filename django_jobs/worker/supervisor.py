@@ -237,10 +237,9 @@ class Supervisor:
             if pid == 0:
                 continue
             c.stopped = True
-            task = self.table.get(index)
+            task = self.table.reset(index)  # it may have died mid-write: not get()
             if task is not None:
                 self._child_died(c, task, status)
-                self.table.clear(index)
             if self.stop_deadline is None:
                 self.children[index] = self._spawn(index)
 
@@ -306,7 +305,7 @@ class Supervisor:
             os.kill(c.pid, signal.SIGKILL)
             os.waitpid(c.pid, 0)
             c.stopped = True
-            task = self.table.get(index)
+            task = self.table.reset(index)
             if task is None:
                 continue
             try:
@@ -314,7 +313,6 @@ class Supervisor:
                 logger.info("task %s put back (worker stopping): %s", task.task_id, state)
             except BrokerUnavailable as exc:
                 logger.warning("task %s: could not put it back (%s)", task.task_id, exc)
-            self.table.clear(index)
 
     def _stop_children(self) -> None:
         """Ask children still running to stop, wait a little, then kill what is left."""
