@@ -147,6 +147,9 @@ class Fault:
 @dataclass
 class Verdict:
     lost: list[str]
+    #: Dead by the crash budget ("crashed its worker"), every run of it cut short by a fault
+    #: the battery injected: what MAX_CRASHES costs under that many kills, not a loss.
+    budget: list[str]
     #: Accepted and done, but whose record in Redis is not "completed" (id -> state).
     not_completed: dict[str, str | None]
     duplicated: dict[str, list[Execution]]
@@ -177,21 +180,41 @@ class Verdict:
         return found
 
 
+def _cut_short(log: Log, job_id: str, faults: list[Fault]) -> bool:
+    """Whether every run of the job was in a process a fault hit after the run started."""
+    runs = log.started(job_id)
+    return bool(runs) and all(
+        any(run.pid in f.pids and run.time <= f.end for f in faults) for run in runs
+    )
+
+
 def check(
     ledger: Ledger,
     log: Log,
     faults: Iterable[Fault],
-    states: Mapping[str, str | None] | None = None,
+    states: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> Verdict:
-    """Compare the log with the ledger; states (id -> Redis state) adds the completed check."""
+    """Compare the log with the ledger; states (id -> Redis state and error) adds the check
+    that what ran is completed, and tells deaths by the crash budget from losses."""
     faults = list(faults)
     expected = ledger.expected()
     done = log.done_ids()
     lost = sorted(expected - done)
+    budget = [
+        i
+        for i in lost
+        if states is not None
+        and states.get(i, (None, None))[0] == "dead"
+        and "crashed its worker" in (states[i][1] or "")
+        and _cut_short(log, i, faults)
+    ]
+    lost = [i for i in lost if i not in budget]
     not_completed = {}
     if states is not None:
         not_completed = {
-            i: states.get(i) for i in sorted(expected & done) if states.get(i) != "completed"
+            i: states.get(i, (None, None))[0]
+            for i in sorted(expected & done)
+            if states.get(i, (None, None))[0] != "completed"
         }
     duplicated = {i: runs for i, runs in log.dones.items() if len(runs) > 1}
     unexpected = sorted(
@@ -206,6 +229,7 @@ def check(
     )
     return Verdict(
         lost=lost,
+        budget=budget,
         not_completed=not_completed,
         duplicated=duplicated,
         unexpected=unexpected,

@@ -11,6 +11,8 @@ class Profile:
     #: Scenario 1: jobs drained by two workers, and kill -9s (children and whole workers).
     kill_jobs: int
     kills: int
+    #: Scenario 1, then: kill -9s of children running no-op jobs, one every STORM_SPACING.
+    storm_kills: int
     #: Scenario 2: jobs drained while workers get SIGTERM and are restarted, and how often.
     term_jobs: int
     terms: int
@@ -31,6 +33,7 @@ PROFILES = {
         name="short",
         kill_jobs=1000,
         kills=10,
+        storm_kills=100,
         term_jobs=600,
         terms=6,
         redis_rounds=1,
@@ -44,6 +47,7 @@ PROFILES = {
         name="long",
         kill_jobs=5000,
         kills=32,
+        storm_kills=300,
         term_jobs=3000,
         terms=20,
         redis_rounds=4,

@@ -21,6 +21,8 @@ class Result:
     lost: int = 0
     #: Lost to a fault whose cost is known and documented (a restart without persistence).
     known_lost: int = 0
+    #: Dead by the crash budget, every run of them cut short by an injected fault.
+    budget: int = 0
     duplicated: int = 0
     recovery: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -44,6 +46,7 @@ class Result:
         """Count a checker's verdict into this result."""
         self.jobs += jobs
         self.lost += len(verdict.lost) + len(verdict.not_completed)
+        self.budget += len(verdict.budget)
         self.duplicated += len(verdict.duplicated)
         self.problems += verdict.problems
 
@@ -59,6 +62,16 @@ def _seconds(values: Sequence[float], which: str) -> str:
     return seconds(statistics.median(values) if which == "p50" else max(values))
 
 
+def _lost(r: Result) -> str:
+    """Lost, then what known costs took apart from it."""
+    extra = []
+    if r.known_lost:
+        extra.append(f"+{r.known_lost} known")
+    if r.budget:
+        extra.append(f"+{r.budget} budget")
+    return f"{r.lost} ({', '.join(extra)})" if extra else str(r.lost)
+
+
 COLUMNS = ("scenario", "jobs", "faults", "lost", "dup", "recovery p50", "recovery max", "result")
 
 
@@ -69,7 +82,7 @@ def table(results: Sequence[Result]) -> str:
             r.scenario,
             str(r.jobs),
             str(r.faults),
-            f"{r.lost} (+{r.known_lost} known)" if r.known_lost else str(r.lost),
+            _lost(r),
             str(r.duplicated),
             _seconds(r.recovery, "p50"),
             _seconds(r.recovery, "max"),

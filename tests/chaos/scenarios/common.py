@@ -30,6 +30,11 @@ def conclude(
     verdict = check(stage.ledger, stage.log, stage.faults, stage.states() if states else None)
     result.take(verdict, jobs=len(stage.ledger.accepted))
     result.faults += len(stage.faults)
+    if verdict.budget:
+        result.note(
+            f'{len(verdict.budget)} task(s) dead by the crash budget ("crashed its worker"), '
+            f"every run cut short by an injected kill: the known cost of MAX_CRASHES"
+        )
     if verdict.duplicated:
         result.note(
             f"{len(verdict.duplicated)} duplicate(s), each traced to an injected fault "

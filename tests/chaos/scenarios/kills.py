@@ -4,6 +4,10 @@ A killed child's task goes back at once (the supervisor sees the death); a kille
 come back when their lease expires (LEASE 3 s, recoverer every 1 s). A killed worker is started
 again, as a process manager would. A duplicate is possible only when a kill lands between a
 job's "done" line and its ack: at most one per child killed, one per slot of a worker killed.
+
+Then a storm: children running no-op jobs as fast as they can, killed every few milliseconds,
+so that kills also land in the worker's own bookkeeping (the slot a child writes around each
+task), not only in job code.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import signal
 import time
 
 from testproject.probes.jobs import ChaosWork
-from tests.chaos.harness import Run
+from tests.chaos.harness import Run, Stage, Worker
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios.common import conclude, orphan_recoveries, spread
@@ -23,11 +27,17 @@ CONCURRENCY = 4
 WHOLE_WORKER = 0.3
 #: Mean seconds of work per job: the drain lasts about jobs * MEAN_WORK / slots.
 MEAN_WORK = 0.1
+MAX_CRASHES = 10
+#: Seconds between two kills of the storm, and no-op jobs queued for it per kill.
+STORM_SPACING = 0.05
+STORM_JOBS = 40
 
 
 def run(run: Run, profile: Profile, result: Result) -> None:
     result.recovery_means = "kill -9 -> the task it caught mid-run starts again"
-    with run.stage("kills") as stage:
+    # Innocent tasks hit by three of a hundred kills would die of the crash budget (scenario 6
+    # tests the budget): a larger one keeps this scenario about losses and duplicates.
+    with run.stage("kills", MAX_CRASHES=MAX_CRASHES) as stage:
         workers = stage.start_workers(2, CONCURRENCY)
         rng = stage.rng
         stage.enqueue(
@@ -55,15 +65,41 @@ def run(run: Run, profile: Profile, result: Result) -> None:
                 os.kill(pid, signal.SIGKILL)
                 stage.fault("kill -9 child", at, at, {pid}, cap=1)
         done_at_last_kill = len(stage.log.read().done_ids())
-        conclude(stage, result, drain=3 * drain_estimate + 60)
+        storm_kills = storm(stage, workers, profile)
+        conclude(stage, result, drain=3 * drain_estimate + 120)
         recoveries = orphan_recoveries(stage.log, stage.faults)
         result.recovery = [t for times in recoveries.values() for t in times]
         result.note(
             f"{profile.kills - whole} children and {whole} whole workers killed; the last kill "
-            f"landed with {profile.kill_jobs - done_at_last_kill} jobs still to do"
+            f"landed with {profile.kill_jobs - done_at_last_kill} jobs still to do; then a "
+            f"storm of {storm_kills} kills {STORM_SPACING * 1000:.0f}ms apart"
         )
         for kind, times in sorted(recoveries.items()):
             result.note(f"{kind}: {len(times)} tasks caught mid-run, back in {spread(times)}")
         result.expect(
             done_at_last_kill < profile.kill_jobs, "the jobs drained before the last kill"
         )
+        # A supervisor that hung (or died) stops beating and replacing children
+        alive = [w.name for w in workers if w.alive and w.registered()]
+        result.expect(len(alive) == len(workers), f"only {alive} of the workers still serve")
+
+
+def storm(stage: Stage, workers: list[Worker], profile: Profile) -> int:
+    """Kill children running no-op jobs (on the first queue, so they come first), one every
+    STORM_SPACING; return how many were killed."""
+    stage.enqueue(profile.storm_kills * STORM_JOBS, queue="critical")
+    kills = 0
+    for _ in range(profile.storm_kills):
+        time.sleep(STORM_SPACING)  # spacing the faults
+        children = [pid for w in workers for pid in w.children()]
+        if not children:
+            continue
+        pid = stage.rng.choice(children)
+        at = time.time()
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue  # exited meanwhile
+        stage.fault("kill -9 child (storm)", at, at, {pid}, cap=1)
+        kills += 1
+    return kills
