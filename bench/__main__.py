@@ -128,6 +128,8 @@ def run_system(ctx: Context, probe: redis.Redis, sizes: Sizes, tmp: Path) -> Res
     driver = Driver(ctx, tmp / f"{ctx.done_file.stem}-driver.log")
     try:
         versions = driver.ask(60, op="versions")
+        if ctx.system == "ours":  # django_jobs/ may change between runs: say which one ran
+            versions["commit"] = revision()
         bulk = None
         if module.enqueue_many is not None:
             answer = driver.ask(600, op="enqueue_many", n=n)
@@ -451,6 +453,8 @@ def main() -> None:
         print(
             f"  {labels[system]:<12} " + ", ".join(f"{k} {v}" for k, v in versions[system].items())
         )
+    if "ours" in runs and len(commits := {r.versions["commit"] for r in runs["ours"]}) > 1:
+        print(f"WARNING: django-jobs changed between runs: {', '.join(sorted(commits))}")
     if odd := notes(labels, runs):
         print("Worker warnings and errors (first of each kind):")
         print("\n".join(odd))
