@@ -52,6 +52,14 @@ def _float(value: str | None) -> float | None:
     return float(value) if value else None
 
 
+def _count(value: bytes) -> int:
+    """A counter field of a task record; one written by hand as garbage counts as 0."""
+    try:
+        return int(value)
+    except ValueError:
+        return 0
+
+
 def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", action, **fields)
 
@@ -173,8 +181,8 @@ class RedisBroker:
                     id=task_id.decode(errors="replace"),
                     queue=queues[int(index)],
                     raw=raw,
-                    attempts=int(attempts),
-                    crashes=int(crashes),
+                    attempts=_count(attempts),
+                    crashes=_count(crashes),
                     epoch=epoch.decode(),
                     enqueued_at=_float(enqueued.decode()),
                     first_unknown_at=_float(unknown.decode()),

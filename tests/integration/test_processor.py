@@ -578,3 +578,14 @@ def test_process__unknown_job_runs_once_its_code_is_deployed(redis_ns: RedisName
         registry.jobs.pop(UNKNOWN, None)
     # The bounce spent no attempt: the run is the first.
     assert ran == [("deployed", "ada", 1)]
+
+
+def test_process__record_with_garbage_counters_still_runs(redis_ns: RedisNamespace) -> None:
+    # A record edited by hand: counters that are not numbers must not strand the task.
+    handle = Greet.enqueue(Greeting("ada"))
+    key = get_broker().keys("default").task(handle.id)
+    redis_ns.client.hset(key, mapping={"attempts": "x", "crashes": "y", "epoch": "z"})
+
+    outcomes = run_burst()
+
+    assert [(o.task_id, o.state) for o in outcomes] == [(handle.id, "completed")]

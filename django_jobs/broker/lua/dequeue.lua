@@ -37,7 +37,13 @@ for q = 0, #KEYS / 4 - 1 do
       end
       local key = ARGV[3 + q] .. id
       redis.call('ZADD', lease, deadline, id)
-      local epoch = redis.call('HINCRBY', key, 'epoch', 1)
+      local epoch = redis.pcall('HINCRBY', key, 'epoch', 1)
+      if type(epoch) == 'table' then
+        -- A record written by hand with a non-numeric epoch: start its epochs over rather
+        -- than fail half-way (a script's earlier writes stay when it errors).
+        epoch = 1
+        redis.call('HSET', key, 'epoch', epoch)
+      end
       redis.call('HSET', key, 'state', 'active', 'started_at', tostring(now))
       local f = redis.call('HMGET', key, 'msg', 'attempts', 'crashes', 'enqueued_at',
         'first_unknown_at')

@@ -21,8 +21,16 @@ for _, id in ipairs(ids) do
   redis.call('LREM', KEYS[2], 1, id)
   local key = ARGV[1] .. id
   if redis.call('EXISTS', key) == 1 then
-    local crashes = redis.call('HINCRBY', key, 'crashes', 1)
-    redis.call('HINCRBY', key, 'epoch', 1)
+    -- pcall: a record written by hand with non-numeric fields must not stop the sweep
+    -- half-way, with the task already out of lease and active.
+    local crashes = redis.pcall('HINCRBY', key, 'crashes', 1)
+    if type(crashes) == 'table' then
+      crashes = 1
+      redis.call('HSET', key, 'crashes', crashes)
+    end
+    if type(redis.pcall('HINCRBY', key, 'epoch', 1)) == 'table' then
+      redis.call('HSET', key, 'epoch', 1)
+    end
     if crashes >= tonumber(ARGV[2]) then
       redis.call('HSET', key, 'state', 'dead', 'died_at', tostring(now), 'failed_at', tostring(now),
         'error', 'crashed its worker ' .. crashes .. ' times (its lease expired each time)',
