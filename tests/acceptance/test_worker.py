@@ -88,7 +88,8 @@ def test_runworker__timeout_is_retried_with_an_attempt_spent(
     task = task_state(handle.id)
     assert (task.attempts, task.crashes) == (2, 0)
     assert task.error == "JobTimeout: timed out after 0.5 s"
-    assert worker.output().count("JobTimeout: timed out after 0.5 s") == 2
+    # Each outcome is logged just after it is written: wait for the second line.
+    wait_until(lambda: worker.output().count("JobTimeout: timed out after 0.5 s") == 2)
 
 
 def test_runworker__killed_child_task_comes_back_without_spending_an_attempt(
@@ -207,8 +208,10 @@ def test_runworker__idle_worker_wakes_within_milliseconds_and_stays_quiet(
     wait_until(lambda: time.monotonic() - since > 3, timeout=5, interval=0.5)
     per_second = (commands() - before - 1) / (time.monotonic() - since)
 
-    # Then it sends a few commands a second (Lua's inner calls included), not a busy poll...
-    assert per_second < 40, per_second
+    # Then it sends a few round trips a second, not a busy poll (thousands). Counted here are
+    # the commands inside scripts too, with this test's fast profile (every loop ticks each
+    # second): the forwarder alone runs about 12 of them a second over three queues.
+    assert per_second < 100, per_second
     # ...and still picks up a job at once
     on_private = redis_ns_on(private_redis, redis_ns)
     sent = time.monotonic()
