@@ -140,6 +140,55 @@ def pss(pids: set[int]) -> int:
     return total
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine since boot, in clock ticks (/proc/stat)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:9]]
+    return sum(values) - values[3] - values[4], sum(values)  # less idle and iowait
+
+
+def own_jiffies() -> int:
+    """CPU time of this process and every process it started (reaped ones included)."""
+    total = 0
+    for pid in tree(os.getpid()) | {os.getpid()}:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        total += sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime
+    return total
+
+
+class Others:
+    """The share of the machine's CPU that processes other than ours use (0-1) over a span."""
+
+    def __init__(self) -> None:
+        self.busy, self.total = cpu_jiffies()
+        self.own = own_jiffies()
+
+    def share(self) -> float:
+        busy, total = cpu_jiffies()
+        own = own_jiffies()
+        if total <= self.total:
+            return 0.0
+        return max(0.0, (busy - self.busy) - (own - self.own)) / (total - self.total)
+
+
+def settle(limit: float, patience: float, log: IO[str]) -> float:
+    """Wait (up to patience seconds) until other processes use under limit of the CPU over a
+    second; return the last share measured."""
+    deadline = time.monotonic() + patience
+    while True:
+        others = Others()
+        time.sleep(1.0)
+        share = others.share()
+        if share < limit or time.monotonic() > deadline:
+            return share
+        print(f"  the machine is busy ({share:.0%} of its CPU used by others): waiting", file=log)
+
+
 def group_alive(group: int) -> bool:
     return any(g == group for _, _, g in _processes())
 
