@@ -81,8 +81,8 @@ def ensure_venv(base: Path, system: str, requirements: tuple[str, ...], log: IO[
 # /proc
 
 
-def _processes() -> Iterator[tuple[int, int, int]]:
-    """(pid, ppid, process group) of every live process (zombies left out)."""
+def _processes() -> Iterator[tuple[int, int, int, int]]:
+    """(pid, ppid, process group, session) of every live process (zombies left out)."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -93,16 +93,20 @@ def _processes() -> Iterator[tuple[int, int, int]]:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
         if fields[0] != "Z":
-            yield int(entry.name), int(fields[1]), int(fields[2])
+            yield int(entry.name), int(fields[1]), int(fields[2]), int(fields[3])
 
 
 def tree(root: int) -> set[int]:
-    """root, its descendants, and whatever else is in its process group (all alive)."""
+    """root, its descendants, and whatever else is in its process group or session (all alive).
+
+    A worker is started as the leader of a new session; RQ's work horse moves to a process
+    group of its own (setpgrp), but stays in the session, and outlives its parent's SIGKILL.
+    """
     procs = list(_processes())
     children: dict[int, list[int]] = {}
-    for pid, ppid, _ in procs:
+    for pid, ppid, _, _ in procs:
         children.setdefault(ppid, []).append(pid)
-    found = {pid for pid, _, group in procs if group == root or pid == root}
+    found = {pid for pid, _, group, session in procs if root in (pid, group, session)}
     todo = list(found)
     while todo:
         for child in children.get(todo.pop(), []):
@@ -189,8 +193,11 @@ def settle(limit: float, patience: float, log: IO[str]) -> float:
         print(f"  the machine is busy ({share:.0%} of its CPU used by others): waiting", file=log)
 
 
-def group_alive(group: int) -> bool:
-    return any(g == group for _, _, g in _processes())
+def kill_tree(root: int) -> None:
+    """SIGKILL root's whole tree (see tree()), all at once."""
+    for pid in tree(root):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # Processes
@@ -242,19 +249,19 @@ class Worker:
         if self._sampler.is_alive():
             self._sampler.join(timeout=5)
 
-    def _reap_group(self) -> None:
-        """SIGKILL whatever is left in the worker's process group; wait until it is gone."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=10)
-        wait_until(f"{self.ctx.label}: worker processes gone", lambda: not group_alive(self.pid),
-                   timeout=20, poll=0.05)  # fmt: skip
+    def _reap_tree(self) -> None:
+        """SIGKILL whatever is left of the worker's tree; wait until all of it is gone."""
+
+        def gone() -> bool:
+            kill_tree(self.pid)  # again: a process may have forked meanwhile
+            return self.process.poll() is not None and not tree(self.pid)
+
+        wait_until(f"{self.ctx.label}: worker processes gone", gone, timeout=20, poll=0.05)
 
     def kill9(self) -> None:
-        """kill -9 the whole worker: every process of its group at once."""
+        """kill -9 the whole worker: its process group, its session and its descendants."""
         self._end_sampler()
-        self._reap_group()
+        self._reap_tree()
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM, then SIGKILL what is left after timeout; the exit code (None: killed)."""
@@ -266,7 +273,7 @@ class Worker:
                 code = self.process.wait(timeout=timeout)
         else:
             code = self.process.returncode
-        self._reap_group()
+        self._reap_tree()
         return code
 
 
