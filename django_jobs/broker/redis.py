@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -10,7 +11,7 @@ from typing import Any
 import redis
 from redis.backoff import NoBackoff
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 from redis.retry import Retry
 
 from django_jobs.broker import scripts
@@ -73,6 +74,9 @@ class RedisBroker:
         self.url = redact(settings.redis_url or "")
         self.scripts = scripts.register(client)
         self._keys: dict[str, QueueKeys] = {}
+        self._dequeue_calls: dict[tuple[tuple[str, ...], int], tuple[list[str], list[Any]]] = {}
+        #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
+        self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of one queue."""
@@ -159,13 +163,17 @@ class RedisBroker:
         return deliveries[0] if deliveries else None
 
     def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
-        keys: list[str] = []
-        prefixes: list[str] = []
-        for queue in queues:
-            k = self.keys(queue)
-            keys += [k.paused, k.pending, k.active, k.lease]
-            prefixes.append(k.task_prefix)
-        return keys, [self.settings.lease, count, *prefixes]
+        cache_key = (tuple(queues), count)
+        call = self._dequeue_calls.get(cache_key)
+        if call is None:
+            keys: list[str] = []
+            prefixes: list[str] = []
+            for queue in queues:
+                k = self.keys(queue)
+                keys += [k.paused, k.pending, k.active, k.lease]
+                prefixes.append(k.task_prefix)
+            call = self._dequeue_calls[cache_key] = (keys, [self.settings.lease, count, *prefixes])
+        return call
 
     @staticmethod
     def _deliveries(queues: Sequence[str], flat: Sequence[bytes]) -> list[Delivery]:
@@ -202,25 +210,30 @@ class RedisBroker:
         """Write finished runs' outcomes and fetch up to count new tasks, in one round trip.
 
         Returns whether each verdict was written (False: stale, the task is no longer this
-        run's) and the tasks fetched.
+        run's) and the tasks fetched. This is the worker child's hot path: it runs on a
+        connection of its own (see `_own_connection`), so only one thread may call it.
         """
         calls = [self._verdict_call(verdict) for verdict in verdicts]
         if count:
             calls.append(("dequeue", *self._dequeue_call(queues, count)))
         with self.unavailable():
-            replies = self._pipeline(calls)
+            replies = self._pipeline(calls, own=True)
         written = [bool(reply) for reply in replies[: len(verdicts)]]
         fetched = self._deliveries(queues, replies[-1]) if count else []
         return written, fetched
 
-    def _pipeline(self, calls: Sequence[tuple[str, list[str], list[Any]]]) -> list[Any]:
-        """Run script calls in one round trip, replies as bytes; reload forgotten scripts."""
-        pipe = self.client.pipeline(transaction=False)
-        for name, keys, args in calls:
-            pipe.execute_command(  # type: ignore[no-untyped-call]
-                "EVALSHA", self.scripts[name].sha, len(keys), *keys, *args, **{NEVER_DECODE: True}
-            )
-        replies = pipe.execute(raise_on_error=False)
+    def _pipeline(
+        self, calls: Sequence[tuple[str, list[str], list[Any]]], *, own: bool = False
+    ) -> list[Any]:
+        """Run script calls in one round trip, replies as bytes; reload forgotten scripts.
+
+        own: on the connection `settle` owns rather than one from the pool.
+        """
+        commands = [
+            ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
+            for name, keys, args in calls
+        ]
+        replies = self._round_trip(commands, own=own)
         for index, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):
                 # Redis forgot the script (restart, SCRIPT FLUSH): only this call did not run.
@@ -228,7 +241,48 @@ class RedisBroker:
                 replies[index] = self._run_raw(name, keys, args)
             elif isinstance(reply, Exception):
                 raise reply
-        return list(replies)
+        return replies
+
+    def _round_trip(self, commands: Sequence[tuple[Any, ...]], *, own: bool) -> list[Any]:
+        """Send commands in one write and read their replies: bytes, errors as values.
+
+        What a redis-py pipeline does, without its per-call bookkeeping (the worker's hot path
+        runs this once per task). Retried once on a fresh connection, as the client's own
+        calls are: a timed-out command may or may not have run, and every script is safe to run
+        twice.
+        """
+        pool = self.client.connection_pool
+        for attempt in (1, 2):
+            conn: Any = self._own_connection() if own else pool.get_connection()
+            try:
+                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(conn.read_response(disable_decoding=True))
+                    except ResponseError as exc:
+                        replies.append(exc)
+                return replies
+            except (redis.ConnectionError, redis.TimeoutError):
+                conn.disconnect()
+                if attempt == 2:
+                    raise
+            finally:
+                if not own:
+                    pool.release(conn)
+        raise AssertionError("unreachable")
+
+    def _own_connection(self) -> Any:
+        """A connection of this process's own, outside the pool, for `settle`.
+
+        Taking a connection from the pool and giving it back costs more than the rest of a
+        round trip's Python work. A forked child opens its own: a socket is never shared across
+        a fork.
+        """
+        pid = os.getpid()
+        if self._own is None or self._own[0] != pid:
+            self._own = (pid, self.client.connection_pool.make_connection())
+        return self._own[1]
 
     def _verdict_call(self, verdict: Verdict) -> tuple[str, list[str], list[Any]]:
         k = self.keys(verdict.queue)

@@ -41,25 +41,6 @@ class Stop(Exception):
     """Raised in a waiting child by SIGTERM: leave the wait and exit."""
 
 
-@contextmanager
-def alarm(seconds: float) -> Iterator[None]:
-    """Raise JobTimeout in this (main) thread if the block runs longer than seconds."""
-    armed = True
-
-    def expire(signum: int, frame: FrameType | None) -> None:
-        if armed:
-            raise JobTimeout(f"timed out after {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        armed = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _memory_mib() -> float:
     """Peak resident memory of this process in MiB (ru_maxrss is in KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -81,6 +62,8 @@ class Child:
         self.stopping = False
         self.waiting = False
         self.done = 0
+        #: The running task's timeout while its alarm is armed, else 0 (a late alarm is ignored).
+        self.armed = 0.0
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # From the supervisor: finish the task at hand (if any), write it, and exit.
@@ -88,10 +71,16 @@ class Child:
         if self.waiting:
             raise Stop
 
+    def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if self.armed:
+            raise JobTimeout(f"timed out after {self.armed:g} s")
+
     def run(self) -> None:
         # Ctrl-C reaches the whole process group: the supervisor decides, not the child.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
+        # Installed once: each task only arms and disarms the timer (see `_guard`).
+        signal.signal(signal.SIGALRM, self._on_alarm)
         # The supervisor forked us with these blocked; one sent meanwhile is delivered now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         verdict: Verdict | None = None
@@ -131,14 +120,20 @@ class Child:
 
     @contextmanager
     def _guard(self, timeout: float) -> Iterator[None]:
-        """Around the handler: publish the task in the slot table, and arm the timeout."""
+        """Around the handler: publish the task in the slot table, and raise JobTimeout in it
+        (on this, the main thread) if it runs longer than timeout seconds."""
         delivery = self.current
         if delivery is not None and len(delivery.id) <= MAX_ID:
             queue_index = self.queues.index(delivery.queue)
             running = Running(delivery.id, queue_index, delivery.epoch, time.monotonic(), timeout)
             self.table.set(self.index, running)
-        with alarm(timeout):
+        self.armed = timeout
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
             yield
+        finally:
+            self.armed = 0.0
+            signal.setitimer(signal.ITIMER_REAL, 0)
 
     def _retiring(self) -> bool:
         limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child
