@@ -215,12 +215,20 @@ class RedisBroker:
         """
         calls = [self._verdict_call(verdict) for verdict in verdicts]
         if count:
-            calls.append(("dequeue", *self._dequeue_call(queues, count)))
+            keys, args = self._dequeue_call(queues, count)
+            if calls and calls[-1][0] == "ack":
+                # The common case, one script call: ack the last task and fetch the next.
+                _, ack_keys, ack_args = calls.pop()
+                calls.append(("ack_dequeue", [*ack_keys, *keys], [*ack_args, *args]))
+            else:
+                calls.append(("dequeue", keys, args))
         with self.unavailable():
             replies = self._pipeline(calls, own=True)
+        if count and calls[-1][0] == "ack_dequeue":
+            acked, fetched = replies.pop()
+            replies += [acked, fetched]
         written = [bool(reply) for reply in replies[: len(verdicts)]]
-        fetched = self._deliveries(queues, replies[-1]) if count else []
-        return written, fetched
+        return written, self._deliveries(queues, replies[-1]) if count else []
 
     def _pipeline(
         self, calls: Sequence[tuple[str, list[str], list[Any]]], *, own: bool = False

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from django_jobs import DuplicateJob, Job
-from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest
+from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest, Verdict
 from django_jobs.broker.redis import COUNTER_TTL, RedisBroker, connect
 from django_jobs.client import get_broker
 from django_jobs.keys import QueueKeys
 from django_jobs.testing import run_burst
 from django_jobs.worker.processor import Outcome
-from tests.conftest import RedisNamespace, wait_until
+from tests.conftest import RedisNamespace, RedisServer, wait_until
 from tests.redis_state import TIME_FIELDS, UNCHANGED, q, redis_now, snapshot, t
 
 
@@ -588,6 +588,124 @@ def test_ack__replay_after_retention_0_answers_acked(redis_ns: RedisNamespace) -
 
     assert snapshot(redis_ns) == before
     assert replay is True, "a replayed ack with retention 0 answers 'not yours' (stale)"
+
+
+# -- settle: a worker child's outcome and next fetch in one round trip -------------------------
+
+
+def verdict(action: str, task_id: str = "a", epoch: str = "1", **fields: Any) -> Verdict:
+    return Verdict(task_id, "default", epoch, "probes.Noop", action, **fields)
+
+
+PENDING_B = task("b", "pending")
+ACTIVE_B_SNAP = {
+    t("b"): ("hash", rec("b", "active", epoch="1", started_at="now")),
+    q("active"): ("list", ["b"]),
+    q("lease"): ("zset", [("b", "now+30")]),
+}
+
+
+@pytest.mark.parametrize(
+    ("seeds", "verdicts", "written", "fetched", "expected"),
+    [
+        pytest.param(
+            [ACTIVE_A, PENDING_B],
+            [verdict("ack", retention=3600)],
+            [True],
+            ["b"],
+            {
+                t("a"): (
+                    "hash",
+                    rec("a", "completed", epoch="1", started_at="now", completed_at="now"),
+                ),
+                q("completed"): ("zset", [("a", "now+3600")]),
+                q("processed:<day>"): ("string", "1", COUNTER_TTL),
+                **ACTIVE_B_SNAP,
+            },
+            id="ack_and_fetch_the_next",
+        ),
+        pytest.param(
+            [ACTIVE_A, PENDING_B],
+            [verdict("ack", epoch="2", retention=3600)],
+            [False],
+            ["b"],
+            {
+                **ACTIVE_A_SNAP,
+                **ACTIVE_B_SNAP,
+                q("active"): ("list", ["b", "a"]),
+                q("lease"): ("zset", [("a", "now+30"), ("b", "now+30")]),
+            },
+            id="stale_ack_still_fetches",
+        ),
+        pytest.param(
+            [ACTIVE_A],
+            [verdict("ack", retention=0)],
+            [True],
+            [],
+            {q("processed:<day>"): ("string", "1", COUNTER_TTL)},
+            id="ack_with_nothing_to_fetch",
+        ),
+        pytest.param(
+            [ACTIVE_A, PENDING_B],
+            [verdict("kill", error="E: boom", traceback="tb")],
+            [True],
+            ["b"],
+            {
+                t("a"): (
+                    "hash",
+                    rec(
+                        "a",
+                        "dead",
+                        epoch="1",
+                        started_at="now",
+                        attempts="1",
+                        error="E: boom",
+                        traceback="tb",
+                        failed_at="now",
+                        died_at="now",
+                    ),
+                ),
+                q("dead"): ("zset", [("a", "now")]),
+                q("failed:<day>"): FAILED_COUNTER,
+                **ACTIVE_B_SNAP,
+            },
+            id="kill_and_fetch_the_next",
+        ),
+        pytest.param([PENDING_B], [], [], ["b"], {**ACTIVE_B_SNAP}, id="fetch_without_an_outcome"),
+    ],
+)
+def test_settle__writes_the_outcome_and_fetches(
+    redis_ns: RedisNamespace,
+    seeds: list[Seed],
+    verdicts: list[Verdict],
+    written: list[bool],
+    fetched: list[str],
+    expected: Any,
+) -> None:
+    check_transition(
+        redis_ns,
+        seeds,
+        lambda b: (lambda w, d: (w, [x.id for x in d]))(*b.settle(verdicts, ["default"], 1)),
+        (written, fetched),
+        expected,
+    )
+
+
+def test_settle__runs_again_after_redis_forgets_its_scripts(
+    private_redis: RedisServer, settings: Any
+) -> None:
+    # A Redis restart (or SCRIPT FLUSH) empties the script cache: the worker's next settle
+    # loads the scripts again instead of failing.
+    settings.JOBS = {"REDIS_URL": private_redis.url, "NAMESPACE": "t"}
+    broker = get_broker()
+    broker.enqueue([request("a"), request("b")])
+    first = broker.dequeue(["default"])
+    assert first is not None
+    private_redis.client().script_flush()
+
+    written, fetched = broker.settle([verdict("ack", retention=60)], ["default"], 1)
+
+    assert (written, [d.id for d in fetched]) == ([True], ["b"])
 
 
 # -- retry --------------------------------------------------------------------------------------

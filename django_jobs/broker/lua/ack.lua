@@ -23,8 +23,9 @@ end
 local id = ARGV[1]
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('ZREM', KEYS[3], id)
-redis.call('INCR', KEYS[5])
-redis.call('EXPIRE', KEYS[5], ARGV[4])
+if redis.call('INCR', KEYS[5]) == 1 then
+  redis.call('EXPIRE', KEYS[5], ARGV[4])  -- a new day's counter
+end
 local retention = tonumber(ARGV[3])
 if retention > 0 then
   local t = redis.call('TIME')

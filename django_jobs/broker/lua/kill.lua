@@ -29,8 +29,9 @@ redis.call('ZREM', KEYS[3], id)
 if ARGV[5] == '1' then
   redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 end
-redis.call('INCR', KEYS[5])
-redis.call('EXPIRE', KEYS[5], ARGV[6])
+if redis.call('INCR', KEYS[5]) == 1 then
+  redis.call('EXPIRE', KEYS[5], ARGV[6])  -- a new day's counter
+end
 redis.call('HSET', KEYS[1], 'state', 'dead', 'error', ARGV[3], 'traceback', ARGV[4],
   'failed_at', tostring(now), 'died_at', tostring(now))
 redis.call('HDEL', KEYS[1], 'next_at')

@@ -30,8 +30,9 @@ redis.call('LREM', KEYS[2], 1, id)
 redis.call('ZREM', KEYS[3], id)
 if ARGV[6] == '1' then
   redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-  redis.call('INCR', KEYS[5])
-  redis.call('EXPIRE', KEYS[5], ARGV[7])
+  if redis.call('INCR', KEYS[5]) == 1 then
+    redis.call('EXPIRE', KEYS[5], ARGV[7])  -- a new day's counter
+  end
 end
 if ARGV[8] == '1' then
   redis.call('HSETNX', KEYS[1], 'first_unknown_at', tostring(now))
