@@ -133,13 +133,11 @@ class RedisBroker:
         """Enqueue tasks in one round trip; replaying the same requests changes nothing.
 
         A batch of one queue with no idempotency keys and one due time (enqueue_many) is one
-        script call; anything else is one script call per task, pipelined.
+        script call; anything else is one script call per task, pipelined (a single task: one
+        call).
         """
-        if len(requests) == 1:
-            keys, args = self._enqueue_call(requests[0])
-            return [self._accepted(self._run("enqueue", keys, args))]
         first = requests[0]
-        if all(
+        if len(requests) > 1 and all(
             (r.queue, r.delay, r.eta, r.idempotency_key)
             == (first.queue, first.delay, first.eta, None)
             for r in requests
@@ -255,9 +253,11 @@ class RedisBroker:
         """Send commands in one write and read their replies: bytes, errors as values.
 
         What a redis-py pipeline does, without its per-call bookkeeping (the worker's hot path
-        runs this once per task). Retried once on a fresh connection, as the client's own
-        calls are: a timed-out command may or may not have run, and every script is safe to run
-        twice.
+        runs this once per task). A connection the server closed (a restart, an idle timeout)
+        is retried once on a fresh one: the command may or may not have run, and every script is
+        safe to run twice. A timeout is not retried: it has spent half the caller's time budget
+        (see `connect`), and opening a new connection to a server that does not answer would
+        spend more than the rest.
         """
         pool = self.client.connection_pool
         for attempt in (1, 2):
@@ -271,10 +271,13 @@ class RedisBroker:
                     except ResponseError as exc:
                         replies.append(exc)
                 return replies
-            except (redis.ConnectionError, redis.TimeoutError):
+            except redis.ConnectionError:
                 conn.disconnect()
                 if attempt == 2:
                     raise
+            except redis.TimeoutError:
+                conn.disconnect()
+                raise
             finally:
                 if not own:
                     pool.release(conn)
