@@ -17,6 +17,7 @@ order: children, then the registry entry.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -206,6 +207,10 @@ class Supervisor:
         # Hold stop signals across the fork: until the child has its own handlers, a SIGTERM
         # would run the supervisor's handler in the child and be lost. It stays pending instead.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        # Everything imported so far lives as long as the process: the child's collector need
+        # not scan it (a full collection of a Django project's heap takes milliseconds, paid by
+        # the task it lands on), and not touching it keeps its pages shared with the supervisor.
+        gc.freeze()
         pid = os.fork()
         if pid != 0:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
