@@ -111,6 +111,13 @@ def worker(namespace: str, worker_id: str) -> str:
     return f"{namespace}:worker:{worker_id}"
 
 
+_day: tuple[int, str] = (-1, "")
+
+
 def today() -> str:
     """The UTC day that names today's processed/failed counters (YYYY-MM-DD)."""
-    return time.strftime("%Y-%m-%d", time.gmtime())
+    global _day
+    second = int(time.time())
+    if _day[0] != second:  # formatted at most once a second: a worker asks once per task
+        _day = (second, time.strftime("%Y-%m-%d", time.gmtime(second)))
+    return _day[1]

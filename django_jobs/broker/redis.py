@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.backoff import NoBackoff
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
@@ -263,7 +264,9 @@ class RedisBroker:
         for attempt in (1, 2):
             conn: Any = self._own_connection() if own else pool.get_connection()
             try:
-                conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                # hiredis packs as redis-py would with hiredis, minus its per-argument checks.
+                packed = b"".join([pack_command(command) for command in commands])
+                conn.send_packed_command([packed], check_health=False)
                 replies: list[Any] = []
                 for _ in commands:
                     try:
