@@ -78,6 +78,7 @@ class RedisBroker:
         self._dequeue_calls: dict[tuple[tuple[str, ...], int], tuple[list[str], list[Any]]] = {}
         #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
         self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
+        self._own_id: int | None = None  # its CLIENT ID
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of one queue."""
@@ -295,8 +296,15 @@ class RedisBroker:
         """
         pid = os.getpid()
         if self._own is None or self._own[0] != pid:
-            self._own = (pid, self.client.connection_pool.make_connection())
+            conn: Any = self.client.connection_pool.make_connection()
+            conn.register_connect_callback(self._on_own_connect)
+            self._own, self._own_id = (pid, conn), None
         return self._own[1]
+
+    def _on_own_connect(self, conn: Any) -> None:
+        # Redis names each connection (again after a reconnect): `interrupt_wait` needs it.
+        conn.send_command("CLIENT", "ID")
+        self._own_id = int(conn.read_response())
 
     def _verdict_call(self, verdict: Verdict) -> tuple[str, list[str], list[Any]]:
         k = self.keys(verdict.queue)
@@ -322,11 +330,46 @@ class RedisBroker:
         name, keys, args = self._verdict_call(verdict)
         return bool(self._run(name, keys, args))
 
-    def wait_for_work(self, queues: Sequence[str], timeout: float) -> bool:
-        """Block until a wake-up token arrives for one of queues, or timeout seconds pass."""
+    def wait_and_fetch(self, queues: Sequence[str], timeout: float) -> list[Delivery]:
+        """Block until a wake-up token for one of queues arrives or timeout seconds pass, then
+        fetch one task as `dequeue_many` does: in one round trip.
+
+        Redis runs a client's pipelined commands in order, so the fetch runs the moment the
+        BLPOP returns. Like `settle`, it runs on this process's own connection; a signal handler
+        may cut the block short with `interrupt_wait`.
+        """
+        keys, args = self._dequeue_call(queues, 1)
+        commands = [
+            ("BLPOP", *(self.keys(queue).wake for queue in queues), timeout),
+            ("EVALSHA", self.scripts["dequeue"].sha, len(keys), *keys, *args),
+        ]
         with self.unavailable():
-            reply = self.client.blpop([self.keys(q).wake for q in queues], timeout=timeout)
-        return reply is not None
+            woken, fetched = self._round_trip(commands, own=True)
+            if isinstance(fetched, NoScriptError):
+                fetched = self._run_raw("dequeue", keys, args)
+        for reply in (woken, fetched):
+            if isinstance(reply, Exception):
+                raise reply
+        return self._deliveries(queues, fetched)
+
+    def interrupt_wait(self) -> None:
+        """Make a `wait_and_fetch` blocked in this process return now (safe in a signal handler).
+
+        It unblocks our own connection from a connection of its own: the handler may have
+        interrupted this thread inside the pool, holding its lock. If Redis does not answer,
+        the wait ends by itself within its timeout.
+        """
+        if self._own is None or self._own[0] != os.getpid() or self._own_id is None:
+            return
+        pool = self.client.connection_pool
+        conn: Any = pool.connection_class(**pool.connection_kwargs)
+        try:
+            conn.send_command("CLIENT", "UNBLOCK", self._own_id)
+            conn.read_response()
+        except redis.RedisError:
+            pass
+        finally:
+            conn.disconnect()
 
     def ack(self, delivery: Delivery, retention: float) -> bool:
         """Mark the task completed; False if the delivery is stale (nothing changed)."""

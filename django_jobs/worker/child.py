@@ -5,6 +5,9 @@ round trip (`RedisBroker.settle`), and a child fetches only when it is free, so 
 behind a busy child and strict priority holds. What it runs is written to the shared slot
 table, so the supervisor can renew its lease and put the task back if the child dies.
 
+An idle child blocks on Redis for a wake-up token and fetches in the same round trip
+(`RedisBroker.wait_and_fetch`): a job enqueued into an idle worker starts after one round trip.
+
 The handler runs on the child's main thread, so the task timeout is a SIGALRM that raises
 JobTimeout inside it. A handler that does not return to Python in time (C code holding the GIL,
 a handler that swallows JobTimeout) is killed by the supervisor after a grace period.
@@ -20,8 +23,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-import redis
-
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable, JobTimeout
@@ -30,15 +31,11 @@ from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
 logger = logging.getLogger("django_jobs.worker.child")
 
-#: Seconds a free child blocks on Redis for a wake-up token before it looks around again.
-WAIT = 2.0
-#: Seconds between fetch attempts while no wake-up token arrives (a resumed queue, tokens lost
-#: with a Redis restart): every other way into pending pushes a token.
-RECHECK = 5.0
-
-
-class Stop(Exception):
-    """Raised in a waiting child by SIGTERM: leave the wait and exit."""
+#: Seconds a free child blocks on Redis for a wake-up token before it fetches anyway (a resumed
+#: queue, tokens lost with a Redis restart: every other way into pending pushes a token).
+WAIT = 5.0
+#: Seconds between attempts while Redis does not answer.
+RETRY = 2.0
 
 
 def _memory_mib() -> float:
@@ -69,7 +66,7 @@ class Child:
         # From the supervisor: finish the task at hand (if any), write it, and exit.
         self.stopping = True
         if self.waiting:
-            raise Stop
+            self.broker.interrupt_wait()
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
         if self.armed:
@@ -84,32 +81,31 @@ class Child:
         # The supervisor forked us with these blocked; one sent meanwhile is delivered now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         verdict: Verdict | None = None
-        maybe_work, recheck_at = True, 0.0
+        maybe_work = True
         while True:
-            fetch = (
-                not self.stopping
-                and not self._retiring()
-                and (maybe_work or time.monotonic() >= recheck_at)
-            )
+            fetch = maybe_work and not self.stopping and not self._retiring()
             if verdict is None and not fetch:
                 if self.stopping or self._retiring():
                     return
-                maybe_work = self._wait()
+                deliveries = self._wait()
+                maybe_work = bool(deliveries)
+                if deliveries:
+                    verdict = self._run(deliveries[0])
                 continue
             try:
                 written, deliveries = self.broker.settle(
                     [verdict] if verdict else [], self.queues, 1 if fetch else 0
                 )
             except BrokerUnavailable as exc:
-                logger.warning("%s; trying again in %gs", exc, WAIT)
-                self._pause(WAIT)
+                logger.warning("%s; trying again in %gs", exc, RETRY)
+                self._pause(RETRY)
                 continue
             if verdict is not None:
                 outcome(verdict, written[0])
                 self.table.clear(self.index)
                 verdict = None
             if fetch and not deliveries:
-                maybe_work, recheck_at = False, time.monotonic() + RECHECK
+                maybe_work = False
             if deliveries:
                 verdict = self._run(deliveries[0])
 
@@ -139,21 +135,33 @@ class Child:
         limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child
         return bool((limit and self.done >= limit) or (ceiling and _memory_mib() > ceiling))
 
-    def _wait(self) -> bool:
-        """Block until a wake-up token arrives (True) or WAIT passes (False)."""
+    def _wait(self) -> list[Delivery]:
+        """Block until a wake-up token arrives or WAIT passes, then fetch: one round trip.
+
+        SIGTERM cuts the block short. A task fetched as the stop came is handed back untouched.
+        """
         self.waiting = True
         try:
             if self.stopping:
-                raise Stop
-            return self.broker.wait_for_work(self.queues, WAIT)
+                return []
+            deliveries = self.broker.wait_and_fetch(self.queues, WAIT)
         except BrokerUnavailable as exc:
-            logger.warning("%s; trying again in %gs", exc, WAIT)
-            self._pause(WAIT)
-            return True
-        except (redis.ConnectionError, redis.TimeoutError):
-            return True
+            logger.warning("%s; trying again in %gs", exc, RETRY)
+            self._pause(RETRY)
+            return []
         finally:
             self.waiting = False
+        if deliveries and self.stopping:
+            for delivery in deliveries:
+                try:
+                    self.broker.requeue(delivery, crash=False)
+                except BrokerUnavailable:
+                    logger.warning(
+                        "could not hand back task %s while stopping: it runs again once its "
+                        "lease expires", delivery.id,
+                    )  # fmt: skip
+            return []
+        return deliveries
 
     def _pause(self, seconds: float) -> None:
         # Not a "waiting" pause: a SIGTERM here must not drop an outcome still to be written.
@@ -163,7 +171,4 @@ class Child:
 
 def main(broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int) -> None:
     """Run a child until it is told to stop or retires."""
-    try:
-        Child(broker, queues, table, index).run()
-    except Stop:
-        pass
+    Child(broker, queues, table, index).run()

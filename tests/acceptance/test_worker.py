@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from django_jobs.inspector import get_inspector
+from django_jobs.worker.child import WAIT
 from testproject.probes.jobs import (
     BusyLoop,
     CrashOnce,
@@ -128,6 +129,34 @@ def test_runworker__sigterm_lets_the_running_task_finish(
     assert worker.wait(timeout=20) == 0
     assert done(redis_ns) == ["slow:1:0"]
     assert task_state(handle.id).state == "completed"
+
+
+def test_runworker__idle_worker_stops_at_once_on_sigterm(
+    worker: Worker, redis_ns: RedisNamespace, private_redis: RedisServer, settings: Any
+) -> None:
+    # Given an idle worker alone on a Redis of its own, both children blocked on it for work
+    # (a blocked wait lasts up to WAIT seconds)
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url}
+    worker.url = private_redis.url
+    worker.start("--concurrency", "2")
+    client = private_redis.client()
+
+    def blocked() -> int:
+        return sum("b" in c["flags"] for c in client.client_list())
+
+    wait_until(lambda: blocked() == 2, timeout=20, why=worker.output)
+
+    # When it is told to stop
+    sent = time.monotonic()
+    worker.signal(signal.SIGTERM)
+
+    # Then it exits cleanly well before a blocked wait would have timed out by itself
+    assert worker.wait(timeout=20) == 0, worker.output()
+    assert time.monotonic() - sent < WAIT / 2, worker.output()
+    assert blocked() == 0
+    # ...and a job enqueued afterwards waits in pending for the next worker
+    handle = Sleep.enqueue(Work("after"))
+    assert task_state(handle.id).state == "pending"
 
 
 def test_runworker__shutdown_timeout_puts_the_task_back_unspent(
