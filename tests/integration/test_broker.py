@@ -316,6 +316,17 @@ def test_enqueue__replay_answers_exists(redis_ns: RedisNamespace) -> None:
     assert snapshot(redis_ns) == before == PENDING_A
 
 
+def test_enqueue__wake_up_tokens_stay_bounded_with_no_worker(redis_ns: RedisNamespace) -> None:
+    # Nobody consumes the tokens while no worker runs: a backlog must not grow the list.
+    broker = get_broker()
+    broker.enqueue([request(f"r{n}") for n in range(100)])  # one script call per batch
+    for n in range(100):
+        broker.enqueue([request(f"s{n}")])  # one call each
+
+    assert redis_ns.client.llen(broker.keys("default").wake) == 64
+    assert redis_ns.client.llen(broker.keys("default").pending) == 200
+
+
 def test_enqueue__idempotency_key_lives_under_the_queue_and_expires(
     redis_ns: RedisNamespace,
 ) -> None:

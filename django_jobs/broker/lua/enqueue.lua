@@ -44,8 +44,9 @@ if due > now then
   redis.call('HSET', KEYS[1], 'next_at', tostring(due))
 else
   redis.call('LPUSH', KEYS[2], id)
-  redis.call('LPUSH', KEYS[4], '1')
-  redis.call('LTRIM', KEYS[4], 0, 63)
+  if redis.call('LPUSH', KEYS[4], '1') > 64 then
+    redis.call('LTRIM', KEYS[4], 0, 63)  -- a token per idle worker is plenty
+  end
 end
 redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', tostring(now),
   'attempts', 0, 'crashes', 0, 'epoch', 0)

@@ -25,7 +25,8 @@ for i = 1, 2 do
   end
 end
 if moved > 0 then
-  redis.call('LPUSH', KEYS[4], '1')
-  redis.call('LTRIM', KEYS[4], 0, 63)
+  if redis.call('LPUSH', KEYS[4], '1') > 64 then
+    redis.call('LTRIM', KEYS[4], 0, 63)  -- a token per idle worker is plenty
+  end
 end
 return moved

@@ -42,8 +42,9 @@ for _, id in ipairs(ids) do
       redis.call('HSET', key, 'state', 'pending')
       -- Back at the head of the line: it has waited longest.
       redis.call('RPUSH', KEYS[3], id)
-      redis.call('LPUSH', KEYS[5], '1')
-      redis.call('LTRIM', KEYS[5], 0, 63)
+      if redis.call('LPUSH', KEYS[5], '1') > 64 then
+        redis.call('LTRIM', KEYS[5], 0, 63)  -- a token per idle worker is plenty
+      end
       out[#out + 1] = id
       out[#out + 1] = 'pending'
     end

@@ -36,6 +36,7 @@ if ARGV[3] == '1' then
 end
 redis.call('HSET', KEYS[1], 'state', 'pending')
 redis.call('RPUSH', KEYS[4], id)
-redis.call('LPUSH', KEYS[6], '1')
-redis.call('LTRIM', KEYS[6], 0, 63)
+if redis.call('LPUSH', KEYS[6], '1') > 64 then
+  redis.call('LTRIM', KEYS[6], 0, 63)  -- a token per idle worker is plenty
+end
 return 'pending'

@@ -23,6 +23,7 @@ end
 redis.call('HSET', KEYS[1], 'state', 'pending')
 redis.call('HDEL', KEYS[1], 'next_at')
 redis.call('LPUSH', KEYS[3], id)
-redis.call('LPUSH', KEYS[4], '1')
-redis.call('LTRIM', KEYS[4], 0, 63)
+if redis.call('LPUSH', KEYS[4], '1') > 64 then
+  redis.call('LTRIM', KEYS[4], 0, 63)  -- a token per idle worker is plenty
+end
 return 1
