@@ -23,6 +23,8 @@ from django_jobs.keys import QueueKeys, State, today, worker, workers
 
 #: Day counters outlive their day by a week, so "today" and recent days can be read.
 COUNTER_TTL = 8 * 86400
+#: Seconds a signal handler may spend telling Redis to end this process's blocked wait.
+UNBLOCK_TIMEOUT = 0.5
 
 
 def redact(url: str) -> str:
@@ -75,7 +77,7 @@ class RedisBroker:
         self.url = redact(settings.redis_url or "")
         self.scripts = scripts.register(client)
         self._keys: dict[str, QueueKeys] = {}
-        self._dequeue_calls: dict[tuple[tuple[str, ...], int], tuple[list[str], list[Any]]] = {}
+        self._dequeue_keys: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
         #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
         self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
         self._own_id: int | None = None  # its CLIENT ID
@@ -163,17 +165,17 @@ class RedisBroker:
         return deliveries[0] if deliveries else None
 
     def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
-        cache_key = (tuple(queues), count)
-        call = self._dequeue_calls.get(cache_key)
-        if call is None:
+        cached = self._dequeue_keys.get(tuple(queues))
+        if cached is None:
             keys: list[str] = []
             prefixes: list[str] = []
             for queue in queues:
                 k = self.keys(queue)
                 keys += [k.paused, k.pending, k.active, k.lease]
                 prefixes.append(k.task_prefix)
-            call = self._dequeue_calls[cache_key] = (keys, [self.settings.lease, count, *prefixes])
-        return call
+            cached = self._dequeue_keys[tuple(queues)] = (keys, prefixes)
+        keys, prefixes = cached
+        return keys, [self.settings.lease, count, *prefixes]
 
     @staticmethod
     def _deliveries(queues: Sequence[str], flat: Sequence[bytes]) -> list[Delivery]:
@@ -276,11 +278,14 @@ class RedisBroker:
                         replies.append(exc)
                 return replies
             except redis.ConnectionError:
-                conn.disconnect()
+                self._drop(conn, own)
                 if attempt == 2:
                     raise
-            except redis.TimeoutError:
-                conn.disconnect()
+            except BaseException:
+                # A timeout, or anything raised between two reads (a JobTimeout from SIGALRM,
+                # a KeyboardInterrupt): replies may be left unread, so the connection must
+                # never be used again as it is.
+                self._drop(conn, own)
                 raise
             finally:
                 if not own:
@@ -302,9 +307,19 @@ class RedisBroker:
         return self._own[1]
 
     def _on_own_connect(self, conn: Any) -> None:
-        # Redis names each connection (again after a reconnect): `interrupt_wait` needs it.
-        conn.send_command("CLIENT", "ID")
-        self._own_id = int(conn.read_response())
+        # Redis numbers each connection (again after a reconnect): `interrupt_wait` needs it.
+        try:
+            conn.send_command("CLIENT", "ID")
+            self._own_id = int(conn.read_response())
+        except ResponseError:
+            # CLIENT denied (ACL) or renamed: a stopping child then waits out its BLPOP.
+            self._own_id = None
+
+    def _drop(self, conn: Any, own: bool) -> None:
+        """Close a connection whose state is unknown; it reconnects on its next use."""
+        if own:
+            self._own_id = None  # an id a new connection may be given by a restarted Redis
+        conn.disconnect()
 
     def _verdict_call(self, verdict: Verdict) -> tuple[str, list[str], list[Any]]:
         k = self.keys(verdict.queue)
@@ -344,12 +359,13 @@ class RedisBroker:
             ("EVALSHA", self.scripts["dequeue"].sha, len(keys), *keys, *args),
         ]
         with self.unavailable():
-            woken, fetched = self._round_trip(commands, own=True)
+            _woken, fetched = self._round_trip(commands, own=True)
             if isinstance(fetched, NoScriptError):
                 fetched = self._run_raw("dequeue", keys, args)
-        for reply in (woken, fetched):
-            if isinstance(reply, Exception):
-                raise reply
+        if isinstance(fetched, Exception):
+            raise fetched
+        # A task fetched is handed out even if the BLPOP failed (a wake key of the wrong
+        # type): dropping it would strand it in active until its lease expires.
         return self._deliveries(queues, fetched)
 
     def interrupt_wait(self) -> None:
@@ -362,7 +378,8 @@ class RedisBroker:
         if self._own is None or self._own[0] != os.getpid() or self._own_id is None:
             return
         pool = self.client.connection_pool
-        conn: Any = pool.connection_class(**pool.connection_kwargs)
+        short = {"socket_timeout": UNBLOCK_TIMEOUT, "socket_connect_timeout": UNBLOCK_TIMEOUT}
+        conn: Any = pool.connection_class(**{**pool.connection_kwargs, **short})
         try:
             conn.send_command("CLIENT", "UNBLOCK", self._own_id)
             conn.read_response()

@@ -61,6 +61,7 @@ class Child:
         self.done = 0
         #: The running task's timeout while its alarm is armed, else 0 (a late alarm is ignored).
         self.armed = 0.0
+        self._alarm_handler = self._on_alarm  # one bound method, to compare by identity
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # From the supervisor: finish the task at hand (if any), write it, and exit.
@@ -77,7 +78,7 @@ class Child:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
         # Installed once: each task only arms and disarms the timer (see `_guard`).
-        signal.signal(signal.SIGALRM, self._on_alarm)
+        signal.signal(signal.SIGALRM, self._alarm_handler)
         # The supervisor forked us with these blocked; one sent meanwhile is delivered now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         verdict: Verdict | None = None
@@ -123,6 +124,9 @@ class Child:
             queue_index = self.queues.index(delivery.queue)
             running = Running(delivery.id, queue_index, delivery.epoch, time.monotonic(), timeout)
             self.table.set(self.index, running)
+        if signal.getsignal(signal.SIGALRM) is not self._alarm_handler:
+            # A job replaced it and did not put it back: timeouts must still work.
+            signal.signal(signal.SIGALRM, self._alarm_handler)
         self.armed = timeout
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
@@ -146,6 +150,7 @@ class Child:
                 return []
             deliveries = self.broker.wait_and_fetch(self.queues, WAIT)
         except BrokerUnavailable as exc:
+            self.waiting = False
             logger.warning("%s; trying again in %gs", exc, RETRY)
             self._pause(RETRY)
             return []

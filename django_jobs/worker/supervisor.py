@@ -213,6 +213,7 @@ class Supervisor:
         gc.freeze()
         pid = os.fork()
         if pid != 0:
+            gc.unfreeze()  # the supervisor's own garbage stays collectable
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
         if pid == 0:  # pragma: no cover - runs in the child
             code = 0

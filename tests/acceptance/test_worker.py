@@ -150,13 +150,10 @@ def test_runworker__idle_worker_stops_at_once_on_sigterm(
     sent = time.monotonic()
     worker.signal(signal.SIGTERM)
 
-    # Then it exits cleanly well before a blocked wait would have timed out by itself
+    # Then it exits cleanly at once. A blocked wait left to time out by itself ends within
+    # WAIT (5 s) seconds at a random point: both would end within 1.5 s about 1 time in 11.
     assert worker.wait(timeout=20) == 0, worker.output()
-    assert time.monotonic() - sent < WAIT / 2, worker.output()
-    assert blocked() == 0
-    # ...and a job enqueued afterwards waits in pending for the next worker
-    handle = Sleep.enqueue(Work("after"))
-    assert task_state(handle.id).state == "pending"
+    assert time.monotonic() - sent < 1.5 < WAIT / 3, worker.output()
 
 
 def test_runworker__shutdown_timeout_puts_the_task_back_unspent(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +23,9 @@ from django_jobs.broker.redis import COUNTER_TTL, RedisBroker, connect
 from django_jobs.client import get_broker
 from django_jobs.keys import QueueKeys
 from django_jobs.testing import run_burst
+from django_jobs.worker.child import Child
 from django_jobs.worker.processor import Outcome
+from django_jobs.worker.slots import SlotTable
 from tests.conftest import RedisNamespace, RedisServer, wait_until
 from tests.redis_state import TIME_FIELDS, UNCHANGED, q, redis_now, snapshot, t
 
@@ -717,6 +719,34 @@ def test_settle__runs_again_after_redis_forgets_its_scripts(
     written, fetched = broker.settle([verdict("ack", retention=60)], ["default"], 1)
 
     assert (written, [d.id for d in fetched]) == ([True], ["b"])
+
+
+def test_child_wait__a_task_fetched_as_the_stop_comes_goes_back_untouched(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A SIGTERM that lands while an idle child's wait-and-fetch reply is on its way: the fetch
+    # may already have taken a task, which the stopping child must not run nor strand.
+    broker = get_broker()
+    handle = NoteJob.enqueue(Note("x"))
+    child = Child(broker, ["default"], SlotTable(1), 0)
+    wait_and_fetch = broker.wait_and_fetch
+
+    def then_sigterm(queues: Sequence[str], timeout: float) -> list[Delivery]:
+        deliveries = wait_and_fetch(queues, timeout)
+        child.stopping = True  # what Child._on_term does
+        return deliveries
+
+    monkeypatch.setattr(broker, "wait_and_fetch", then_sigterm)
+
+    assert child._wait() == []
+
+    snap = snapshot(redis_ns)
+    record = snap[t(handle.id)][1]
+    assert snap[q("pending")] == ("list", [handle.id])
+    assert q("active") not in snap
+    assert q("lease") not in snap
+    assert (record["state"], record["attempts"], record["crashes"]) == ("pending", "0", "0")
+    assert noted == []
 
 
 # -- retry --------------------------------------------------------------------------------------
