@@ -20,6 +20,9 @@ each runs), every log at WARNING (no line per task, for any system):
    `INFO commandstats` deltas (commands inside Lua scripts included): the enqueue's own, and
    the worker's from its start to the end of the drain.
 
+Each run measures the systems in RUN_ORDER (bench.peers): django-jobs next to the fastest
+peers, RQ last; the table keeps SYSTEMS' order.
+
 Then, once, all systems at the same time (their keys do not overlap): kill -9. A job that sleeps
 60 s is enqueued; once it started, the worker's whole process group gets SIGKILL and a fresh
 worker starts; the time from the kill until the job starts again, or "never" after the cap.
@@ -58,7 +61,7 @@ import redis
 
 from bench.common import calls_since, commandstats, private_redis
 from bench.harness import BenchError, Driver, Others, Worker, ensure_venv, settle, wait_until
-from bench.peers import ROOT, SYSTEMS, Context, get, load
+from bench.peers import ROOT, RUN_ORDER, SYSTEMS, Context, get, load
 
 SPACING = 0.02
 POLL = 0.005
@@ -331,8 +334,9 @@ class Bench:
 
     def runs(self) -> dict[str, list[Result]]:
         runs: dict[str, list[Result]] = {s: [] for s in self.systems}
+        order = sorted(self.systems, key=RUN_ORDER.index)
         for run in range(1, self.sizes.runs + 1):
-            for system in self.systems:
+            for system in order:
                 for take in range(self.sizes.retakes + 1):
                     if self.sizes.patience:
                         settle(QUIET, self.sizes.patience, sys.stderr)
