@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
 from django_jobs.inspector import get_inspector
 from django_jobs.worker.child import WAIT
@@ -131,15 +132,20 @@ def test_runworker__sigterm_lets_the_running_task_finish(
     assert task_state(handle.id).state == "completed"
 
 
+def start_alone(worker: Worker, server: RedisServer, settings: Any) -> redis.Redis:
+    """Start a 2-child worker on a Redis of its own (this test's too); return a client of it."""
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": server.url}
+    worker.url = server.url
+    worker.start("--concurrency", "2")
+    return server.client()
+
+
 def test_runworker__idle_worker_stops_at_once_on_sigterm(
     worker: Worker, redis_ns: RedisNamespace, private_redis: RedisServer, settings: Any
 ) -> None:
     # Given an idle worker alone on a Redis of its own, both children blocked on it for work
     # (a blocked wait lasts up to WAIT seconds)
-    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url}
-    worker.url = private_redis.url
-    worker.start("--concurrency", "2")
-    client = private_redis.client()
+    client = start_alone(worker, private_redis, settings)
 
     def blocked() -> int:
         return sum("b" in c["flags"] for c in client.client_list())
@@ -220,10 +226,7 @@ def test_runworker__idle_worker_wakes_within_milliseconds_and_stays_quiet(
     worker: Worker, redis_ns: RedisNamespace, private_redis: RedisServer, settings: Any
 ) -> None:
     # Given a worker alone on a Redis of its own, idle
-    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url}
-    worker.url = private_redis.url
-    worker.start("--concurrency", "2")
-    client = private_redis.client()
+    client = start_alone(worker, private_redis, settings)
     wait_until(lambda: client.zcard(f"{redis_ns.namespace}:workers"), timeout=20)
 
     def commands() -> int:
