@@ -293,7 +293,8 @@ class RedisBroker:
         raise AssertionError("unreachable")
 
     def _own_connection(self) -> Any:
-        """A connection of this process's own, outside the pool, for `settle`.
+        """A connection of this process's own, outside the pool, for `settle` and
+        `wait_and_fetch` (a worker child's one thread).
 
         Taking a connection from the pool and giving it back costs more than the rest of a
         round trip's Python work. A forked child opens its own: a socket is never shared across

@@ -139,6 +139,12 @@ ACTIVE_A_SNAP = {
     q("lease"): ("zset", [("a", "now+30")]),
 }
 FAILED_COUNTER = ("string", "1", COUNTER_TTL)
+#: ACTIVE_A acked under epoch 1, kept for an hour.
+COMPLETED_A_SNAP = {
+    t("a"): ("hash", rec("a", "completed", epoch="1", started_at="now", completed_at="now")),
+    q("completed"): ("zset", [("a", "now+3600")]),
+    q("processed:<day>"): ("string", "1", COUNTER_TTL),
+}
 
 
 # -- a job for the Job-level tests --------------------------------------------------------------
@@ -528,14 +534,7 @@ def test_dequeue__two_consumers_race_for_one_task(redis_ns: RedisNamespace) -> N
             [ACTIVE_A],
             lambda b: b.ack(held("a"), 3600),
             True,
-            {
-                t("a"): (
-                    "hash",
-                    rec("a", "completed", epoch="1", started_at="now", completed_at="now"),
-                ),
-                q("completed"): ("zset", [("a", "now+3600")]),
-                q("processed:<day>"): ("string", "1", COUNTER_TTL),
-            },
+            COMPLETED_A_SNAP,
             id="to_completed_for_its_retention",
         ),
         pytest.param(
@@ -626,15 +625,7 @@ ACTIVE_B_SNAP = {
             [verdict("ack", retention=3600)],
             [True],
             ["b"],
-            {
-                t("a"): (
-                    "hash",
-                    rec("a", "completed", epoch="1", started_at="now", completed_at="now"),
-                ),
-                q("completed"): ("zset", [("a", "now+3600")]),
-                q("processed:<day>"): ("string", "1", COUNTER_TTL),
-                **ACTIVE_B_SNAP,
-            },
+            {**COMPLETED_A_SNAP, **ACTIVE_B_SNAP},
             id="ack_and_fetch_the_next",
         ),
         pytest.param(
