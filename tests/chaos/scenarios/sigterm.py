@@ -19,8 +19,8 @@ from tests.chaos.scenarios.common import conclude
 CONCURRENCY = 4
 SHUTDOWN_TIMEOUT = 1.5
 #: Seconds of work of a long job (past the shutdown timeout), and the share of long jobs.
-LONG = 2.5
-LONG_SHARE = 0.04
+LONG = 4.0
+LONG_SHARE = 0.06
 SHORT = (0.05, 0.15)
 
 
