@@ -49,9 +49,15 @@ def package(session: nox.Session) -> None:
     [
         ("3.12", "django>=6", "postgres"),
         ("3.12", "django>=6", "sqlite"),
+        ("3.12", "django~=6.0.0", "sqlite"),
         ("3.11", "django~=5.2.0", "sqlite"),
     ],
-    ids=["py312-newest-postgres", "py312-newest-sqlite", "py311-django52-sqlite"],
+    ids=[
+        "py312-newest-postgres",
+        "py312-newest-sqlite",
+        "py312-django60-sqlite",
+        "py311-django52-sqlite",
+    ],
 )
 def tests(session: nox.Session, django: str, db: str) -> None:
     """The pytest suite against the real Redis and the chosen database."""
