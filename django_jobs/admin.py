@@ -156,8 +156,8 @@ class JobsAdmin(ModelAdmin):
             "can_change": self.has_change_permission(request),
             "can_delete": self.has_delete_permission(request),
             "states": State.ALL,
-            # Django 5.2: object tools belong inside the content block (see base.html).
-            "tools_in_content": django.VERSION < (6, 0),
+            # Before Django 6.1, object tools belong inside the content block (see base.html).
+            "tools_in_content": django.VERSION < (6, 1),
             **extra,
         }
         status = 200
