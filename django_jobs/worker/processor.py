@@ -45,8 +45,21 @@ class Outcome:
     error: str = ""
 
 
+def _text(exc: BaseException) -> str:
+    """str(exc), or what went wrong trying: an exception's __str__ may itself raise."""
+    try:
+        return str(exc)
+    except Exception as failure:
+        try:
+            why = f"{type(failure).__name__}: {failure}"
+        except Exception:
+            why = type(failure).__name__
+        return f"<str() failed: {why}>"
+
+
 def _error_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The first line of an exception's message after its type, bounded; never raises."""
+    text = _text(exc).strip().splitlines()
     line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
     return line if len(line) <= MAX_ERROR else line[: MAX_ERROR - 3] + "..."
 
@@ -218,7 +231,8 @@ def outcome(verdict: Verdict, written: bool) -> Outcome:
             v.job, v.task_id, v.attempt, v.max_attempts, v.delay, v.error,
         )  # fmt: skip
     elif v.spend:
-        logger.error("%s %s dead after %d attempts: %s", v.job, v.task_id, v.attempt, v.error)
+        attempts = "attempt" if v.attempt == 1 else "attempts"
+        logger.error("%s %s dead after %d %s: %s", v.job, v.task_id, v.attempt, attempts, v.error)
     else:
         logger.error("task %s (%s) dead: %s", v.task_id, v.job, v.error)
     return Outcome(

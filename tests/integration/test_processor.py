@@ -589,3 +589,46 @@ def test_process__record_with_garbage_counters_still_runs(redis_ns: RedisNamespa
     outcomes = run_burst()
 
     assert [(o.task_id, o.state) for o in outcomes] == [(handle.id, "completed")]
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+class FailUnprintably(Job[Greeting]):
+    """Fails with an exception whose __str__ raises."""
+
+    def run(self, payload: Greeting) -> None:
+        raise Unprintable()
+
+
+def test_process__exception_whose_str_raises_is_recorded_with_its_traceback(
+    redis_ns: RedisNamespace,
+) -> None:
+    # Found trying it (issue 12): formatting the error raised inside the worker, which crashed
+    # the child three times; the task went dead "crashed its worker 3 times" with no traceback.
+    handle = FailUnprintably.enqueue(Greeting("ada"), max_attempts=1)
+
+    (outcome,) = run_burst()
+
+    key = get_broker().keys("default").task(handle.id)
+    error, traceback, crashes = (
+        v.decode() for v in redis_ns.client.hmget(key, ["error", "traceback", "crashes"])
+    )
+    assert (outcome.state, crashes) == ("dead", "0")
+    assert error == outcome.error
+    assert error == "Unprintable: <str() failed: RuntimeError: no text for you>"
+    assert traceback.startswith("Traceback (most recent call last):\n")
+    assert "in run\n" in traceback
+    assert "Unprintable" in traceback
+
+
+def test_outcome__dead_after_one_attempt_says_attempt(
+    redis_ns: RedisNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    Fail.enqueue(Greeting("ada"), max_attempts=1)
+
+    run_burst()
+
+    assert "dead after 1 attempt: ValueError" in caplog.text
