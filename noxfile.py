@@ -33,11 +33,15 @@ def docs(session: nox.Session) -> None:
 
 @nox.session(python="3.12")
 def package(session: nox.Session) -> None:
-    """Build the wheel; it must hold every file of django_jobs/ and import in a clean venv."""
-    session.install("build", "uv")
+    """Build the sdist and wheel of django-redis-jobs; `twine check` them; the wheel must hold
+    every file of django_jobs/ and import in a clean venv."""
+    session.install("build", "uv", "twine")
     dist = Path(session.create_tmp()) / "dist"
-    session.run("python", "-m", "build", "--wheel", "--installer", "uv", "--outdir", str(dist))
-    (wheel,) = dist.glob("django_jobs-*.whl")
+    for old in dist.glob("*"):
+        old.unlink()
+    session.run("python", "-m", "build", "--installer", "uv", "--outdir", str(dist))
+    session.run("twine", "check", "--strict", *(str(p) for p in sorted(dist.glob("*"))))
+    (wheel,) = dist.glob("django_redis_jobs-*.whl")
     session.run("python", ".ci/check_wheel.py", str(wheel))
     session.install(str(wheel))
     session.run("python", "-c", "import django_jobs.broker.scripts as s; assert s.SOURCES")
