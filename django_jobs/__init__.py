@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from django_jobs.exceptions import (
+    BrokerRefused,
     BrokerUnavailable,
     DuplicateJob,
     InvalidPayload,
@@ -17,10 +18,12 @@ from django_jobs.jobs import Job, JobContext
 
 if TYPE_CHECKING:
     from django_jobs.client import JobHandle
+    from django_jobs.idempotency import once
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "BrokerRefused",
     "BrokerUnavailable",
     "DuplicateJob",
     "InvalidPayload",
@@ -34,6 +37,7 @@ __all__ = [
     "UnknownJob",
     "UnknownQueue",
     "__version__",
+    "once",
 ]
 
 
@@ -43,4 +47,9 @@ def __getattr__(name: str) -> object:
         from django_jobs.client import JobHandle
 
         return JobHandle
+    # once() writes ProcessedTask rows: its model cannot load before the app registry is ready.
+    if name == "once":
+        from django_jobs.idempotency import once
+
+        return once
     raise AttributeError(f"module 'django_jobs' has no attribute {name!r}")

@@ -34,6 +34,20 @@ class BrokerUnavailable(JobsError, ConnectionError):
     """
 
 
+class BrokerRefused(BrokerUnavailable):
+    """Redis answered but refused the operation, and nothing was changed.
+
+    Redis is out of memory (maxmemory), read-only, denies a command (ACL), or a key under our
+    namespace holds something django-jobs did not write. The message says which; a worker backs
+    off and tries again, as for any BrokerUnavailable.
+    """
+
+    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
+        #: The Redis key found with the wrong type, when that was the cause.
+        self.key = key
+        super().__init__(message)
+
+
 class DuplicateJob(JobsError):
     """A job with this idempotency key was already accepted inside its window; treat as success."""
 
@@ -92,3 +106,11 @@ class UnknownJob(JobsError, LookupError):
 
 class JobTimeout(JobsError, TimeoutError):
     """The job ran past its timeout and was interrupted; it will be retried."""
+
+
+class LeaseLost(JobsError):
+    """This run's task lost its lease and was handed to another worker; the run was interrupted.
+
+    Raised inside the handler, as `JobTimeout` is. Nothing is written for the run: the task is
+    the other worker's now. A handler that catches it should return at once.
+    """

@@ -25,6 +25,9 @@ class Delivery:
     first_unknown_at: float | None
     #: Lease deadline, Redis time in epoch seconds.
     lease_deadline: float
+    #: Why this task's record cannot be used as it is ("enqueued_at is not a number: 'abc'"),
+    #: or "": the processor kills a delivery with a problem, without spending an attempt.
+    problem: str = ""
 
 
 @dataclass(frozen=True, slots=True)

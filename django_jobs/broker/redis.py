@@ -2,24 +2,33 @@
 
 from __future__ import annotations
 
+import logging
 import os
-import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
 from hiredis import pack_command
-from redis.backoff import NoBackoff
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
-from redis.retry import Retry
 
 from django_jobs.broker import scripts
+from django_jobs.broker.connection import (
+    NOTHING_CHANGED,
+    NOTHING_ENQUEUED,
+    redact,
+    refused,
+    unavailable,
+    wrong_key,
+)
+from django_jobs.broker.connection import connect as connect
 from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest, Verdict
 from django_jobs.conf import JobsSettings
-from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.exceptions import BrokerRefused
 from django_jobs.keys import QueueKeys, State, today, worker, workers
+
+logger = logging.getLogger("django_jobs.broker")
 
 #: Day counters outlive their day by a week, so "today" and recent days can be read.
 COUNTER_TTL = 8 * 86400
@@ -27,33 +36,14 @@ COUNTER_TTL = 8 * 86400
 UNBLOCK_TIMEOUT = 0.5
 
 
-def redact(url: str) -> str:
-    """Return a Redis URL with its password replaced by ***."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
-def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
-    """Return a client for url whose calls give up after about `timeout` seconds in all.
-
-    One retry, because a timed-out command may or may not have run and every script is safe to
-    run twice. `blocking` is the longest BLPOP the client will issue, added to its read timeout.
-    """
-    half = timeout / 2
-    return redis.Redis.from_url(
-        url,
-        socket_connect_timeout=half,
-        socket_timeout=half + blocking,
-        retry=Retry(NoBackoff(), 1),
-        decode_responses=True,
-        # No health checks: a new connection's first one pings with retries of its own, which
-        # doubled the time a call took to give up on a frozen Redis. A connection the server
-        # closed is caught by the pool before use; one that went silent, by the timeout.
-        health_check_interval=0,
-    )
-
-
-def _float(value: str | None) -> float | None:
-    return float(value) if value else None
+def _time(name: str, value: bytes) -> tuple[float | None, str]:
+    """A time field of a task record, and the problem with it ("" when there is none)."""
+    if not value:
+        return None, ""
+    try:
+        return float(value), ""
+    except ValueError:
+        return None, f"{name} is not a number: {value.decode(errors='replace')!r}"
 
 
 def _count(value: bytes) -> int:
@@ -81,6 +71,8 @@ class RedisBroker:
         #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
         self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
         self._own_id: int | None = None  # its CLIENT ID
+        #: Keys of another type than ours that dequeue reported last, each warned about once.
+        self._broken: frozenset[str] = frozenset()
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of one queue."""
@@ -89,19 +81,17 @@ class RedisBroker:
             keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
         return keys
 
-    @contextmanager
-    def unavailable(self) -> Iterator[None]:
-        """Turn connection errors into BrokerUnavailable naming the (redacted) URL."""
-        try:
-            yield
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise BrokerUnavailable(
-                f"Redis at {self.url} did not answer ({exc}). The operation may still have been "
-                f"applied. Check that Redis runs and JOBS['REDIS_URL'] points at it, then retry."
-            ) from exc
+    def unavailable(
+        self, *, writes: bool = True, outcome: str = NOTHING_CHANGED
+    ) -> AbstractContextManager[None]:
+        """Turn redis-py errors into BrokerUnavailable or BrokerRefused naming the (redacted)
+        URL; `writes=False` for reads (see `connection.unavailable`)."""
+        return unavailable(self.url, writes=writes, outcome=outcome)
 
-    def _run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        with self.unavailable():
+    def _run(
+        self, name: str, keys: Sequence[str], args: Sequence[Any], outcome: str = NOTHING_CHANGED
+    ) -> Any:
+        with self.unavailable(outcome=outcome):
             return self.scripts[name](keys=keys, args=args)
 
     def _run_raw(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -151,10 +141,19 @@ class RedisBroker:
             argv: list[Any] = [repr(first.delay), "" if first.eta is None else repr(first.eta)]
             for request in requests:
                 argv += [request.id, request.encoded]
-            state, _written = self._run("enqueue_many", keys, argv)
+            state, _written = self._run("enqueue_many", keys, argv, NOTHING_ENQUEUED)
             return [Accepted(state=state)] * len(requests)
-        with self.unavailable():
-            replies = self._pipeline([("enqueue", *self._enqueue_call(r)) for r in requests])
+        with self.unavailable(outcome=NOTHING_ENQUEUED):
+            calls = [("enqueue", *self._enqueue_call(r)) for r in requests]
+            replies = self._pipeline(calls, errors=True)
+        failed = [reply for reply in replies if isinstance(reply, ResponseError)]
+        if failed:
+            # Each task is its own script call: the others may have gone in.
+            done = len(replies) - len(failed)
+            outcome = NOTHING_ENQUEUED
+            if done:
+                outcome = f"{done} of these {len(replies)} tasks were enqueued, the rest were not"
+            raise refused(self.url, failed[0], outcome=outcome) from failed[0]
         return [self._accepted([part.decode() for part in reply]) for reply in replies]
 
     # -- consuming --------------------------------------------------------------------------
@@ -171,21 +170,28 @@ class RedisBroker:
             prefixes: list[str] = []
             for queue in queues:
                 k = self.keys(queue)
-                keys += [k.paused, k.pending, k.active, k.lease]
+                keys += [k.paused, k.pending, k.active, k.lease, k.dead]
                 prefixes.append(k.task_prefix)
             cached = self._dequeue_keys[tuple(queues)] = (keys, prefixes)
         keys, prefixes = cached
         return keys, [self.settings.lease, count, *prefixes]
 
-    @staticmethod
-    def _deliveries(queues: Sequence[str], flat: Sequence[bytes]) -> list[Delivery]:
+    def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
         # Raw bytes: the message may not be UTF-8 (a corrupt record must reach the processor,
-        # which sends it to dead, rather than fail here).
+        # which sends it to dead, rather than fail here); so may a time field, which becomes
+        # the delivery's `problem`.
+        if len(flat) % 9:
+            self._warn_broken(flat[-1])
+            flat = flat[:-1]
+        elif self._broken:
+            self._broken = frozenset()
         out = []
         for i in range(0, len(flat), 9):
             index, task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = flat[
                 i : i + 9
             ]
+            enqueued_at, problem = _time("enqueued_at", enqueued)
+            first_unknown_at, unknown_problem = _time("first_unknown_at", unknown)
             out.append(
                 Delivery(
                     id=task_id.decode(errors="replace"),
@@ -194,12 +200,31 @@ class RedisBroker:
                     attempts=_count(attempts),
                     crashes=_count(crashes),
                     epoch=epoch.decode(),
-                    enqueued_at=_float(enqueued.decode()),
-                    first_unknown_at=_float(unknown.decode()),
+                    enqueued_at=enqueued_at,
+                    first_unknown_at=first_unknown_at,
                     lease_deadline=float(deadline),
+                    problem=problem or unknown_problem,
                 )
             )
         return out
+
+    def _warn_broken(self, entries: Sequence[bytes]) -> None:
+        """Log once per key what dequeue found of another type (see dequeue.lua)."""
+        broken = frozenset(entry.decode(errors="replace") for entry in entries)
+        for entry in sorted(broken - self._broken):
+            kind, expected, key = entry.split(" ", 2)
+            if expected == "hash":
+                logger.warning(
+                    "Redis key %r was a %s, not a task record (hash): it is not one of ours, so "
+                    "its task cannot run; the task is now dead with that error (see the admin).",
+                    key, kind,
+                )  # fmt: skip
+            else:
+                logger.warning(
+                    "%s The queue is skipped until then: its tasks wait, other queues are served.",
+                    wrong_key(key, kind, expected),
+                )
+        self._broken = broken
 
     def dequeue_many(self, queues: Sequence[str], count: int) -> list[Delivery]:
         """Move up to count pending tasks to active, queues in strict priority order."""
@@ -225,7 +250,7 @@ class RedisBroker:
             else:
                 calls.append(("dequeue", keys, args))
         with self.unavailable():
-            replies = self._pipeline(calls, own=True)
+            replies = self._pipeline(calls, own=True)  # raises the first error reply
         if count and calls[-1][0] == "ack_dequeue":
             acked, fetched = replies.pop()
             replies += [acked, fetched]
@@ -233,11 +258,16 @@ class RedisBroker:
         return written, self._deliveries(queues, replies[-1]) if count else []
 
     def _pipeline(
-        self, calls: Sequence[tuple[str, list[str], list[Any]]], *, own: bool = False
+        self,
+        calls: Sequence[tuple[str, list[str], list[Any]]],
+        *,
+        own: bool = False,
+        errors: bool = False,
     ) -> list[Any]:
         """Run script calls in one round trip, replies as bytes; reload forgotten scripts.
 
-        own: on the connection `settle` owns rather than one from the pool.
+        own: on the connection `settle` owns rather than one from the pool. errors: return
+        error replies (ResponseError) in their place rather than raise the first.
         """
         commands = [
             ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
@@ -249,7 +279,7 @@ class RedisBroker:
                 # Redis forgot the script (restart, SCRIPT FLUSH): only this call did not run.
                 name, keys, args = calls[index]
                 replies[index] = self._run_raw(name, keys, args)
-            elif isinstance(reply, Exception):
+            elif isinstance(reply, Exception) and not errors:
                 raise reply
         return replies
 
@@ -360,14 +390,29 @@ class RedisBroker:
             ("EVALSHA", self.scripts["dequeue"].sha, len(keys), *keys, *args),
         ]
         with self.unavailable():
-            _woken, fetched = self._round_trip(commands, own=True)
+            woken, fetched = self._round_trip(commands, own=True)
             if isinstance(fetched, NoScriptError):
                 fetched = self._run_raw("dequeue", keys, args)
-        if isinstance(fetched, Exception):
-            raise fetched
-        # A task fetched is handed out even if the BLPOP failed (a wake key of the wrong
-        # type): dropping it would strand it in active until its lease expires.
-        return self._deliveries(queues, fetched)
+            if isinstance(fetched, Exception):
+                raise fetched
+        # A task fetched is handed out even if the BLPOP failed (a wake key of another type):
+        # dropping it would strand it in active until its lease expires.
+        deliveries = self._deliveries(queues, fetched)
+        if isinstance(woken, ResponseError) and not deliveries:
+            # BLPOP fails at once on such a key: without this error, an idle child would
+            # call again at once, forever. The worker backs off on it.
+            raise self._wrong_wake_key(queues, woken)
+        return deliveries
+
+    def _wrong_wake_key(self, queues: Sequence[str], error: ResponseError) -> BrokerRefused:
+        """Name the wake key BLPOP failed on (the error does not), as BrokerRefused."""
+        wakes = [self.keys(queue).wake for queue in queues]
+        with self.unavailable(writes=False):
+            kinds = [str(self.client.type(key)) for key in wakes]
+        for key, kind in zip(wakes, kinds, strict=True):
+            if kind not in ("none", "list"):
+                return wrong_key(key, kind, "list", outcome="no task was taken")
+        return refused(self.url, error, outcome="no task was taken")
 
     def interrupt_wait(self) -> None:
         """Make a `wait_and_fetch` blocked in this process return now (safe in a signal handler).

@@ -3,8 +3,16 @@
 Registered scripts run by SHA (EVALSHA) and are loaded again transparently when Redis has
 forgotten them (after a restart or SCRIPT FLUSH): redis-py's `Script` does that for us.
 
+Each script's file opens with a Redis 7 shebang line, `#!lua` for a script that writes: Redis
+then refuses the whole script under maxmemory (OOM) before it runs, instead of failing at its
+first write with earlier writes applied. `extend_lease` alone says `flags=allow-oom`: it only
+moves the scores of existing members, and a running task's lease must outlive an OOM window,
+or the task would be recovered and run a second time. The shebang is followed by
+`_prelude.lua`, the helpers every script may call, then by the script itself.
+
 `ack_dequeue` is composed from two of them, so that a worker acks a task and fetches the next
-one in a single script call: the hot path of draining a queue.
+one in a single script call: the hot path of draining a queue. Its shebang is its first line
+only.
 """
 
 from __future__ import annotations
@@ -14,26 +22,50 @@ from importlib import resources
 import redis
 from redis.commands.core import Script
 
-#: Script name (the broker method that runs it) -> Lua source.
+
+def _read() -> dict[str, str]:
+    return {
+        entry.name.removesuffix(".lua"): entry.read_text(encoding="utf-8")
+        for entry in resources.files("django_jobs.broker").joinpath("lua").iterdir()
+        if entry.name.endswith(".lua")
+    }
+
+
+_FILES = _read()
+#: Helpers every script can call (wrong_type, count, wake, bump, bury).
+PRELUDE = _FILES.pop("_prelude")
+
+
+def _split(source: str) -> tuple[str, str]:
+    """A script file's shebang line and the rest."""
+    shebang, _, body = source.partition("\n")
+    if not shebang.startswith("#!lua"):
+        raise ValueError(f"a broker script must open with a '#!lua' shebang line: {shebang!r}")
+    return shebang, body
+
+
+#: Script name (the broker method that runs it) -> its shebang line and body.
+_PARTS = {name: _split(source) for name, source in _FILES.items()}
+#: Script name -> Lua source as sent to Redis.
 SOURCES: dict[str, str] = {
-    entry.name.removesuffix(".lua"): entry.read_text(encoding="utf-8")
-    for entry in resources.files("django_jobs.broker").joinpath("lua").iterdir()
-    if entry.name.endswith(".lua")
+    name: f"{shebang}\n{PRELUDE}{body}" for name, (shebang, body) in _PARTS.items()
 }
 
 
-def _function(name: str, source: str) -> str:
-    """A script's source as a local Lua function of (KEYS, ARGV) returning what it returns."""
-    return f"local function {name}(KEYS, ARGV)\n{source}\nend\n"
+def _function(name: str) -> str:
+    """A script's body as a local Lua function of (KEYS, ARGV) returning what it returns."""
+    return f"local function {name}(KEYS, ARGV)\n{_PARTS[name][1]}\nend\n"
 
 
 #: ack then dequeue in one call. KEYS: ack's 5 keys, then dequeue's; ARGV: ack's 4 args, then
-#: dequeue's. Returns {ack's reply, dequeue's reply}.
+#: dequeue's. Returns {ack's reply, dequeue's reply}, or ack's error reply (nothing changed).
 SOURCES["ack_dequeue"] = (
-    _function("ack", SOURCES["ack"])
-    + _function("dequeue", SOURCES["dequeue"])
-    + "return {ack({unpack(KEYS, 1, 5)}, {unpack(ARGV, 1, 4)}),\n"
-    + "  dequeue({unpack(KEYS, 6)}, {unpack(ARGV, 5)})}\n"
+    f"#!lua\n{PRELUDE}"
+    + _function("ack")
+    + _function("dequeue")
+    + "local acked = ack({unpack(KEYS, 1, 5)}, {unpack(ARGV, 1, 4)})\n"
+    + "if type(acked) == 'table' and acked.err then\n  return acked\nend\n"
+    + "return {acked, dequeue({unpack(KEYS, 6)}, {unpack(ARGV, 5)})}\n"
 )
 
 

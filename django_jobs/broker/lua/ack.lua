@@ -1,3 +1,4 @@
+#!lua
 -- ack: the task succeeded; keep it as completed for its retention, or delete it.
 --
 -- KEYS[1]  <ns>:{<q>}:t:<id>        task record
@@ -10,7 +11,13 @@
 -- ARGV[3]  retention in seconds (0: delete the record now)
 -- ARGV[4]  lifetime of the day counter in seconds
 -- Returns  1 when acked (also when replayed after it applied); 0 when the task is no longer
---          this caller's (stale epoch or not active): nothing changed.
+--          this caller's (stale epoch or not active): nothing changed; an error naming a key
+--          of KEYS[1..4] that has another type (nothing changed). A day counter that is not a
+--          number is skipped, not an error.
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset')
+if bad then
+  return bad
+end
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if (f[2] == ARGV[2] and f[1] == 'completed') or not f[1] then
   -- A replay of this very call (redis-py retried it after a timeout); with retention 0 the
@@ -23,9 +30,7 @@ end
 local id = ARGV[1]
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('ZREM', KEYS[3], id)
-if redis.call('INCR', KEYS[5]) == 1 then
-  redis.call('EXPIRE', KEYS[5], ARGV[4])  -- a new day's counter
-end
+count(KEYS[5], ARGV[4])
 local retention = tonumber(ARGV[3])
 if retention > 0 then
   local t = redis.call('TIME')

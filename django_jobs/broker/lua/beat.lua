@@ -1,3 +1,4 @@
+#!lua
 -- beat: publish a worker in the registry, and drop workers that stopped beating.
 -- Scores are Redis TIME, so a worker with a fast clock cannot drop the others.
 --
@@ -6,7 +7,12 @@
 -- ARGV[1]  worker id
 -- ARGV[2]  seconds the entry lives without a new beat
 -- ARGV[3], ARGV[4], ...  field/value pairs for the hash
--- Returns  the beat time (Redis TIME, epoch seconds) as a string
+-- Returns  the beat time (Redis TIME, epoch seconds) as a string; an error naming a key of KEYS
+--          that has another type (nothing changed).
+local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'hash')
+if bad then
+  return bad
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local ttl = tonumber(ARGV[2])

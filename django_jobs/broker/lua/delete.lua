@@ -1,3 +1,4 @@
+#!lua
 -- delete: discard a task that is not running, and release its idempotency key if it still
 -- points at this task (so the same work can be enqueued again).
 --
@@ -8,7 +9,19 @@
 -- ARGV[2]  the state the caller saw (scheduled, pending, retry, dead or completed)
 -- Returns  1 when deleted (an id whose record is gone is removed from KEYS[2] too);
 --          0 when there was nothing to delete; "active" when it is running (not deleted);
---          "moved" when its state is no longer ARGV[2] (read again and retry).
+--          "moved" when its state is no longer ARGV[2] (read again and retry); an error naming
+--          a key that has another type (nothing changed).
+local structure = 'zset'
+if ARGV[2] == 'pending' or ARGV[2] == 'active' then
+  structure = 'list'
+end
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], structure)
+if not bad and KEYS[3] then
+  bad = wrong_type(KEYS[3], 'string')
+end
+if bad then
+  return bad
+end
 local id = ARGV[1]
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then

@@ -1,3 +1,4 @@
+#!lua
 -- enqueue: write a new task and put it in pending (due now) or scheduled (due later).
 --
 -- KEYS[1]  <ns>:{<q>}:t:<id>        task record (hash)
@@ -13,6 +14,15 @@
 -- Returns  {"ok", state}          accepted; state is "pending" or "scheduled"
 --          {"exists", state}      this id was already enqueued (a replayed call): nothing changed
 --          {"duplicate", id}      the idempotency key is held by the task `id`: nothing changed
+--          an error naming a key of KEYS[1..3] or KEYS[5] that has another type: nothing changed
+-- A wake key (KEYS[4]) of another type is skipped: the task is enqueued without its token.
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset')
+if not bad and KEYS[5] then
+  bad = wrong_type(KEYS[5], 'string')
+end
+if bad then
+  return bad
+end
 local id = ARGV[1]
 if KEYS[5] then
   local holder = redis.call('GET', KEYS[5])
@@ -44,9 +54,7 @@ if due > now then
   redis.call('HSET', KEYS[1], 'next_at', tostring(due))
 else
   redis.call('LPUSH', KEYS[2], id)
-  if redis.call('LPUSH', KEYS[4], '1') > 64 then
-    redis.call('LTRIM', KEYS[4], 0, 63)  -- a token per idle worker is plenty
-  end
+  wake(KEYS[4])
 end
 redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', tostring(now),
   'attempts', 0, 'crashes', 0, 'epoch', 0)

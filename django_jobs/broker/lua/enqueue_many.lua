@@ -1,3 +1,4 @@
+#!lua
 -- enqueue_many: write a batch of new tasks of one queue, all due at the same time, in one call.
 -- The bulk form of enqueue (no idempotency keys): cheaper per task than one script call each.
 --
@@ -9,7 +10,23 @@
 -- ARGV[2]  absolute due time in epoch seconds, or "" (wins over the delay)
 -- ARGV[3], ARGV[4], ...  pairs of task id and encoded message
 -- Returns  {state, written}: "pending" or "scheduled", and how many tasks were new (a replayed
---          call finds its tasks written and writes nothing again).
+--          call finds its tasks written and writes nothing again); an error naming a key of
+--          KEYS[1..2] or a record key that has another type (nothing changed). A wake key of
+--          another type is skipped: the tasks are enqueued without their tokens.
+local bad = wrong_type(KEYS[1], 'list', KEYS[2], 'zset')
+if bad then
+  return bad
+end
+-- Every record is looked at before the first write, so a bad one changes nothing.
+local new = {}
+for i = 4, #KEYS do
+  local kind = redis.call('TYPE', KEYS[i]).ok
+  if kind == 'none' then
+    new[#new + 1] = i
+  elseif kind ~= 'hash' then
+    return wrong_type(KEYS[i], 'hash')
+  end
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local due = now
@@ -22,26 +39,24 @@ local state = 'pending'
 if due > now then
   state = 'scheduled'
 end
-local written = 0
 local enqueued_at = tostring(now)
-for i = 4, #KEYS do
+for _, i in ipairs(new) do
   local id = ARGV[2 * (i - 4) + 3]
-  if redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
-      enqueued_at, 'attempts', 0, 'crashes', 0, 'epoch', 0)
-    if state == 'scheduled' then
-      redis.call('HSET', KEYS[i], 'next_at', tostring(due))
-      redis.call('ZADD', KEYS[2], due, id)
-    else
-      redis.call('LPUSH', KEYS[1], id)
+  redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
+    enqueued_at, 'attempts', 0, 'crashes', 0, 'epoch', 0)
+  if state == 'scheduled' then
+    redis.call('HSET', KEYS[i], 'next_at', tostring(due))
+    redis.call('ZADD', KEYS[2], due, id)
+  else
+    redis.call('LPUSH', KEYS[1], id)
+  end
+end
+if state == 'pending' and #new > 0 then
+  for _ = 1, math.min(#new, 64) do
+    if type(redis.pcall('LPUSH', KEYS[3], '1')) ~= 'number' then
+      break  -- a wake key of another type: no tokens
     end
-    written = written + 1
   end
+  redis.pcall('LTRIM', KEYS[3], 0, 63)
 end
-if state == 'pending' and written > 0 then
-  for _ = 1, math.min(written, 64) do
-    redis.call('LPUSH', KEYS[3], '1')
-  end
-  redis.call('LTRIM', KEYS[3], 0, 63)
-end
-return {state, written}
+return {state, #new}

@@ -1,3 +1,4 @@
+#!lua flags=allow-oom
 -- extend_lease: renew the leases of tasks a worker is still running.
 --
 -- KEYS[1]  <ns>:{<q>}:lease         sorted set, score = lease deadline
@@ -7,14 +8,21 @@
 -- Returns  the ids whose lease is lost (recovered and handed on since: the epoch moved on): the
 --          worker must not write their outcome. A task that finished under the same epoch (its
 --          outcome was written a moment ago, or deleted with retention 0) is neither extended
---          nor lost.
+--          nor lost. A record that is not a hash (overwritten by hand) is lost; an error names
+--          KEYS[1] if it is not a sorted set (nothing changed).
+local bad = wrong_type(KEYS[1], 'zset')
+if bad then
+  return bad
+end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
 local lost = {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local epoch = redis.call('HGET', ARGV[1] .. id, 'epoch')
-  if epoch == ARGV[i + 1] then
+  local epoch = redis.pcall('HGET', ARGV[1] .. id, 'epoch')
+  if type(epoch) == 'table' then
+    lost[#lost + 1] = id  -- not a hash: not a record of ours any more
+  elseif epoch == ARGV[i + 1] then
     if redis.call('ZSCORE', KEYS[1], id) then
       redis.call('ZADD', KEYS[1], 'XX', deadline, id)
     end

@@ -1,3 +1,4 @@
+#!lua
 -- forward: move scheduled and retry tasks whose time has come to pending.
 --
 -- KEYS[1]  <ns>:{<q>}:scheduled     sorted set, score = due time
@@ -6,7 +7,13 @@
 -- KEYS[4]  <ns>:{<q>}:wake          wake-up tokens
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  most tasks to move from each sorted set in this call
--- Returns  the number of tasks moved (call again while it equals twice the limit).
+-- Returns  the number of tasks moved (call again while it equals twice the limit); an error
+--          naming a key of KEYS[1..3] that has another type (nothing changed). A wake key of
+--          another type is skipped.
+local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'list')
+if bad then
+  return bad
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local moved = 0
@@ -15,18 +22,20 @@ for i = 1, 2 do
   for _, id in ipairs(ids) do
     redis.call('ZREM', KEYS[i], id)
     local key = ARGV[1] .. id
-    -- An id without a record has nothing left to run: dropping it loses nothing.
-    if redis.call('EXISTS', key) == 1 then
+    -- An id without a record has nothing left to run: dropping it loses nothing. One whose
+    -- record is not a hash (overwritten by hand) goes on too: dequeue files it as dead.
+    local kind = redis.call('TYPE', key).ok
+    if kind ~= 'none' then
       redis.call('LPUSH', KEYS[3], id)
-      redis.call('HSET', key, 'state', 'pending')
-      redis.call('HDEL', key, 'next_at')
+      if kind == 'hash' then
+        redis.call('HSET', key, 'state', 'pending')
+        redis.call('HDEL', key, 'next_at')
+      end
       moved = moved + 1
     end
   end
 end
 if moved > 0 then
-  if redis.call('LPUSH', KEYS[4], '1') > 64 then
-    redis.call('LTRIM', KEYS[4], 0, 63)  -- a token per idle worker is plenty
-  end
+  wake(KEYS[4])
 end
 return moved

@@ -1,3 +1,4 @@
+#!lua
 -- janitor: delete completed tasks past their retention, and bound the dead set by age and size.
 --
 -- KEYS[1]  <ns>:{<q>}:completed     sorted set, score = expires at
@@ -6,7 +7,12 @@
 -- ARGV[2]  dead tasks to keep at most (the newest)
 -- ARGV[3]  age in seconds past which a dead task is deleted
 -- ARGV[4]  most tasks to delete from each set in this call
--- Returns  the number of tasks deleted (call again while it is not below the limit).
+-- Returns  the number of tasks deleted (call again while it is not below the limit); an error
+--          naming a key of KEYS that has another type (nothing changed).
+local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'zset')
+if bad then
+  return bad
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local limit = tonumber(ARGV[4])

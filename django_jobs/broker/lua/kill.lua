@@ -1,3 +1,4 @@
+#!lua
 -- kill: the task will not be run again; keep it in the dead set with its last error.
 -- The janitor bounds the dead set (count and age); this script does not trim.
 --
@@ -13,7 +14,12 @@
 -- ARGV[5]  "1": the run counts as a spent attempt; "0": it does not (undecodable, unknown type)
 -- ARGV[6]  lifetime of the day counter in seconds
 -- Returns  1 when moved to dead (also when replayed after it applied); 0 when the task is no
---          longer this caller's: nothing changed.
+--          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
+--          another type (nothing changed).
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset')
+if bad then
+  return bad
+end
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if f[2] == ARGV[2] and f[1] == 'dead' then
   return 1  -- a replay of this very call (redis-py retried it after a timeout)
@@ -27,11 +33,9 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('ZREM', KEYS[3], id)
 if ARGV[5] == '1' then
-  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+  bump(KEYS[1], 'attempts')
 end
-if redis.call('INCR', KEYS[5]) == 1 then
-  redis.call('EXPIRE', KEYS[5], ARGV[6])  -- a new day's counter
-end
+count(KEYS[5], ARGV[6])
 redis.call('HSET', KEYS[1], 'state', 'dead', 'error', ARGV[3], 'traceback', ARGV[4],
   'failed_at', tostring(now), 'died_at', tostring(now))
 redis.call('HDEL', KEYS[1], 'next_at')

@@ -1,3 +1,4 @@
+#!lua
 -- recover: hand back tasks whose lease expired (their worker died or froze).
 -- A crash is not a failure: no attempt is spent, but the crash is counted, and a task that
 -- crashed its worker too often goes dead so that it cannot loop forever. The epoch moves on, so
@@ -11,7 +12,13 @@
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  crashes after which the task is dead
 -- ARGV[3]  most tasks to recover in this call
--- Returns  a flat list: id, "pending" or "dead", id, ...
+-- Returns  a flat list: id, "pending" or "dead", id, ...; an error naming a key of KEYS[1..4]
+--          that has another type (nothing changed). A task whose record is not a hash is filed
+--          as dead (see `bury`); a wake key of another type is skipped.
+local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
+if bad then
+  return bad
+end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local out = {}
@@ -20,17 +27,16 @@ for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('LREM', KEYS[2], 1, id)
   local key = ARGV[1] .. id
-  if redis.call('EXISTS', key) == 1 then
-    -- pcall: a record written by hand with non-numeric fields must not stop the sweep
+  local kind = redis.call('TYPE', key).ok
+  if kind ~= 'hash' and kind ~= 'none' then
+    bury(key, kind, id, KEYS[4], now)
+    out[#out + 1] = id
+    out[#out + 1] = 'dead'
+  elseif kind == 'hash' then
+    -- bump: a record written by hand with non-numeric fields must not stop the sweep
     -- half-way, with the task already out of lease and active.
-    local crashes = redis.pcall('HINCRBY', key, 'crashes', 1)
-    if type(crashes) == 'table' then
-      crashes = 1
-      redis.call('HSET', key, 'crashes', crashes)
-    end
-    if type(redis.pcall('HINCRBY', key, 'epoch', 1)) == 'table' then
-      redis.call('HSET', key, 'epoch', 1)
-    end
+    local crashes = bump(key, 'crashes')
+    bump(key, 'epoch')
     if crashes >= tonumber(ARGV[2]) then
       redis.call('HSET', key, 'state', 'dead', 'died_at', tostring(now), 'failed_at', tostring(now),
         'error', 'crashed its worker ' .. crashes .. ' times (its lease expired each time)',
@@ -42,9 +48,7 @@ for _, id in ipairs(ids) do
       redis.call('HSET', key, 'state', 'pending')
       -- Back at the head of the line: it has waited longest.
       redis.call('RPUSH', KEYS[3], id)
-      if redis.call('LPUSH', KEYS[5], '1') > 64 then
-        redis.call('LTRIM', KEYS[5], 0, 63)  -- a token per idle worker is plenty
-      end
+      wake(KEYS[5])
       out[#out + 1] = id
       out[#out + 1] = 'pending'
     end

@@ -1,3 +1,4 @@
+#!lua
 -- requeue: put an active task back in pending at once, without spending an attempt.
 -- Used on graceful shutdown (not a crash) and when the supervisor sees a child die under its
 -- task (a crash: counted, and past the crash budget the task goes dead).
@@ -13,7 +14,13 @@
 -- ARGV[3]  "1": count a crash; "0": a clean hand-back
 -- ARGV[4]  crashes after which the task is dead
 -- ARGV[5]  the reason, kept as the error when the task goes dead
--- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed.
+-- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed; an
+--          error naming a key of KEYS[1..5] that has another type (nothing changed).
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list',
+  KEYS[5], 'zset')
+if bad then
+  return bad
+end
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0
@@ -21,9 +28,9 @@ end
 local id = ARGV[1]
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('ZREM', KEYS[3], id)
-redis.call('HINCRBY', KEYS[1], 'epoch', 1)
+bump(KEYS[1], 'epoch')
 if ARGV[3] == '1' then
-  local crashes = redis.call('HINCRBY', KEYS[1], 'crashes', 1)
+  local crashes = bump(KEYS[1], 'crashes')
   if crashes >= tonumber(ARGV[4]) then
     local t = redis.call('TIME')
     local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -36,7 +43,5 @@ if ARGV[3] == '1' then
 end
 redis.call('HSET', KEYS[1], 'state', 'pending')
 redis.call('RPUSH', KEYS[4], id)
-if redis.call('LPUSH', KEYS[6], '1') > 64 then
-  redis.call('LTRIM', KEYS[6], 0, 63)  -- a token per idle worker is plenty
-end
+wake(KEYS[6])
 return 'pending'

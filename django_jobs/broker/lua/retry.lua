@@ -1,3 +1,4 @@
+#!lua
 -- retry: the run failed (or its job type is unknown here); run it again after a delay.
 --
 -- KEYS[1]  <ns>:{<q>}:t:<id>        task record
@@ -14,7 +15,12 @@
 -- ARGV[7]  lifetime of the day counter in seconds
 -- ARGV[8]  "1": the job type is unknown here (keep when that was first seen); "0": it is known
 -- Returns  1 when moved to retry (also when replayed after it applied); 0 when the task is no
---          longer this caller's: nothing changed.
+--          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
+--          another type (nothing changed).
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset')
+if bad then
+  return bad
+end
 local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if f[2] == ARGV[2] and f[1] == 'retry' then
   return 1  -- a replay of this very call (redis-py retried it after a timeout)
@@ -29,10 +35,8 @@ local due = now + tonumber(ARGV[3])
 redis.call('LREM', KEYS[2], 1, id)
 redis.call('ZREM', KEYS[3], id)
 if ARGV[6] == '1' then
-  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
-  if redis.call('INCR', KEYS[5]) == 1 then
-    redis.call('EXPIRE', KEYS[5], ARGV[7])  -- a new day's counter
-  end
+  bump(KEYS[1], 'attempts')
+  count(KEYS[5], ARGV[7])
 end
 if ARGV[8] == '1' then
   redis.call('HSETNX', KEYS[1], 'first_unknown_at', tostring(now))

@@ -1,3 +1,4 @@
+#!lua
 -- run_now: move a scheduled, retry or dead task to pending at once (admin "retry now").
 -- A dead task gets a fresh budget of attempts and crashes; a retry keeps what it has spent.
 --
@@ -7,7 +8,12 @@
 -- KEYS[4]  <ns>:{<q>}:wake          wake-up tokens
 -- ARGV[1]  task id
 -- ARGV[2]  "1": reset attempts and crashes (the task was dead); "0": keep them
--- Returns  1 when moved; 0 when the task is not in that set (nothing changed).
+-- Returns  1 when moved; 0 when the task is not in that set (nothing changed); an error naming a
+--          key of KEYS[1..3] that has another type (nothing changed).
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'list')
+if bad then
+  return bad
+end
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[2], id) then
   return 0
@@ -23,7 +29,5 @@ end
 redis.call('HSET', KEYS[1], 'state', 'pending')
 redis.call('HDEL', KEYS[1], 'next_at')
 redis.call('LPUSH', KEYS[3], id)
-if redis.call('LPUSH', KEYS[4], '1') > 64 then
-  redis.call('LTRIM', KEYS[4], 0, 63)  -- a token per idle worker is plenty
-end
+wake(KEYS[4])
 return 1

@@ -1,0 +1,160 @@
+"""Connecting to Redis, and saying what went wrong in words a user can act on.
+
+- `redact` is the one way a Redis URL reaches text (the banner, logs, error messages, the
+  admin's and the API's 503 pages).
+- `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable`, or
+  `BrokerRefused` when Redis answered with an error (out of memory, a key of the wrong type in
+  our namespace, ACL, a read-only replica): a worker backs off on either, and an enqueue raises a
+  named error instead of a raw `redis.ResponseError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import unquote_plus, urlsplit
+
+import redis
+from redis.backoff import NoBackoff
+from redis.connection import parse_url
+from redis.exceptions import NoPermissionError, OutOfMemoryError, ReadOnlyError, ResponseError
+from redis.retry import Retry
+
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+
+#: What a password becomes in text.
+HIDDEN = "***"
+#: The error code our scripts reply with when a key has the wrong type, before any write:
+#: "WRONGKEY <its type> <the type we keep there> <key>" (the key last: it may hold spaces).
+WRONG_KEY = "WRONGKEY"
+NOTHING_CHANGED = "nothing was changed"
+NOTHING_ENQUEUED = "nothing was enqueued"
+
+
+def redact(url: str) -> str:
+    """Return a Redis URL with its password hidden, in every form redis-py reads one from.
+
+    The password in the user part (`redis://:pw@h`, `redis://user:pw@h`, a bare `redis://pw@h`)
+    and the `password` query parameter (`redis://h/0?password=pw`, `unix:///r.sock?password=pw`)
+    become ***; the rest is kept so the URL still says where Redis is. A URL that does not parse
+    the way redis-py reads it shows only its scheme.
+    """
+    if not url:
+        return url
+    scheme = url.partition("://")[0] if "://" in url else ""
+    try:
+        parts = urlsplit(url)
+        # Raises ValueError for what redis-py would not read either (an unknown scheme is fine:
+        # a sentinel or cluster form is rebuilt by urllib alone).
+        password = None
+        if parts.scheme in ("redis", "rediss", "unix"):
+            password = parse_url(url).get("password")  # type: ignore[no-untyped-call]
+        userinfo, at, host = parts.netloc.rpartition("@")
+        netloc = parts.netloc
+        if at:
+            user, colon, _ = userinfo.partition(":")
+            netloc = f"{user}:{HIDDEN}@{host}" if colon else f"{HIDDEN}@{host}"
+        query = "&".join(
+            f"{piece.partition('=')[0]}={HIDDEN}"
+            if unquote_plus(piece.partition("=")[0]).lower() == "password"
+            else piece
+            for piece in parts.query.split("&")
+        )
+        rest = parts.path + (f"?{query}" if parts.query else "")
+        rest += f"#{parts.fragment}" if parts.fragment else ""
+        shown = f"{parts.scheme}://{netloc}{rest}"
+    except ValueError:
+        return f"{scheme}://{HIDDEN}" if scheme else HIDDEN
+    # An "@" left after the host means a password with a "/", "?" or "#" in it, cut where
+    # urllib thought the host ended: show nothing rather than a piece of it.
+    leaked = "@" in rest.replace(f"={HIDDEN}", "") or (password and password in shown)
+    return f"{parts.scheme}://{HIDDEN}" if leaked else shown
+
+
+def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
+    """Return a client for url whose calls give up after about `timeout` seconds in all.
+
+    One retry, because a timed-out command may or may not have run and every script is safe to
+    run twice. `blocking` is the longest BLPOP the client will issue, added to its read timeout.
+    """
+    half = timeout / 2
+    return redis.Redis.from_url(
+        url,
+        socket_connect_timeout=half,
+        socket_timeout=half + blocking,
+        retry=Retry(NoBackoff(), 1),
+        decode_responses=True,
+        # No health checks: a new connection's first one pings with retries of its own, which
+        # doubled the time a call took to give up on a frozen Redis. A connection the server
+        # closed is caught by the pool before use; one that went silent, by the timeout.
+        health_check_interval=0,
+    )
+
+
+def wrong_key(
+    key: str, kind: str, expected: str, *, outcome: str = NOTHING_CHANGED
+) -> BrokerRefused:
+    """The error for a key of ours that holds another type than the one we keep there."""
+    return BrokerRefused(
+        f"Redis key {key!r} is a {kind}, not the {expected} django-jobs keeps there: it is not "
+        f"one of ours (written by hand or by another program). Delete it (nothing else uses our "
+        f"namespace), then retry; {outcome}.",
+        key=key,
+    )
+
+
+def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> BrokerRefused:
+    """The named error for an error reply from Redis at url.
+
+    `outcome` says what became of the call: NOTHING_CHANGED, NOTHING_ENQUEUED. Our scripts check
+    their keys before their first write, and Redis refuses a script with a shebang under OOM
+    before it runs, so both mean exactly that.
+    """
+    text = str(exc)
+    if text.startswith(f"{WRONG_KEY} "):
+        kind, expected, key = text[len(WRONG_KEY) + 1 :].split(" ", 2)
+        return wrong_key(key, kind, expected, outcome=outcome)
+    if isinstance(exc, OutOfMemoryError):
+        return BrokerRefused(
+            f"Redis at {url} is out of memory (maxmemory reached, and its policy refuses "
+            f"writes): free memory or raise maxmemory; {outcome}."
+        )
+    if isinstance(exc, ReadOnlyError):
+        return BrokerRefused(
+            f"Redis at {url} is a read-only replica: point JOBS['REDIS_URL'] at the primary; "
+            f"{outcome}."
+        )
+    if isinstance(exc, NoPermissionError):
+        return BrokerRefused(
+            f"Redis at {url} denies this user a command django-jobs needs ({text}): allow it in "
+            f"the user's ACL (EVALSHA, SCRIPT LOAD, TIME and the data commands on our keys)."
+        )
+    if text.startswith("WRONGTYPE"):
+        return BrokerRefused(
+            f"Redis at {url} refused a command ({text}): a key under our namespace holds a type "
+            f"django-jobs did not write. Find it (redis-cli --scan --pattern '<namespace>:*', "
+            f"then TYPE) and delete it; nothing else uses our namespace."
+        )
+    return BrokerRefused(
+        f"Redis at {url} refused the call ({text}). Retry later; if it persists, look at the "
+        f"Redis server's log and configuration."
+    )
+
+
+@contextmanager
+def unavailable(url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> Iterator[None]:
+    """Turn redis-py errors into BrokerUnavailable (no answer) or BrokerRefused (an error reply).
+
+    writes: whether the call may change something, so that a read's message does not say the
+    operation may still have been applied.
+    """
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        maybe = "The operation may still have been applied. " if writes else ""
+        raise BrokerUnavailable(
+            f"Redis at {url} did not answer ({exc}). {maybe}Check that Redis runs and "
+            f"JOBS['REDIS_URL'] points at it, then retry."
+        ) from exc
+    except ResponseError as exc:
+        raise refused(url, exc, outcome=outcome) from exc

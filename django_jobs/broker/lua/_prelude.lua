@@ -1,0 +1,53 @@
+-- Shared by every script: scripts.py puts it between the shebang line and the script.
+--
+-- wrong_type(key, type, key, type, ...): an error reply naming the first key that exists with
+-- another type than the one we keep there, else nil. A script calls it before its first write,
+-- so that a key django-jobs did not write (by hand, by another program) makes the script change
+-- nothing instead of failing half-way (a script's writes before an error stay).
+local function wrong_type(...)
+  local checks = {...}
+  for i = 1, #checks, 2 do
+    local kind = redis.call('TYPE', checks[i]).ok
+    if kind ~= 'none' and kind ~= checks[i + 1] then
+      return redis.error_reply('WRONGKEY ' .. kind .. ' ' .. checks[i + 1] .. ' ' .. checks[i])
+    end
+  end
+  return nil
+end
+-- count(key, ttl): add one to a day counter, created with a lifetime of ttl seconds. A counter
+-- that is not a number is skipped: statistics never stop a state change.
+local function count(key, ttl)
+  if redis.pcall('INCR', key) == 1 then
+    redis.call('EXPIRE', key, ttl)  -- a new day's counter
+  end
+end
+-- wake(key): leave a wake-up token for an idle worker (a token per idle worker is plenty). A
+-- wake key of the wrong type is skipped: a token is a hint, workers also look on their own.
+local function wake(key)
+  local n = redis.pcall('LPUSH', key, '1')
+  if type(n) == 'number' and n > 64 then
+    redis.call('LTRIM', key, 0, 63)
+  end
+end
+-- bump(key, field): add one to a counter field of a task record and return it. A field written
+-- by hand as garbage counts as 0 (as the Python side reads it), so it starts over at 1.
+local function bump(key, field)
+  local n = redis.pcall('HINCRBY', key, field, 1)
+  if type(n) == 'table' then
+    n = 1
+    redis.call('HSET', key, field, n)
+  end
+  return n
+end
+-- bury(key, kind, id, dead, now): the record of task `id` holds a <kind> we did not write (by
+-- hand, by another program), so the task cannot run: replace that value with a dead record
+-- that says so, and file the id in the dead set, where the admin shows it, instead of leaving
+-- it stranded in a list.
+local function bury(key, kind, id, dead, now)
+  redis.call('DEL', key)
+  redis.call('HSET', key, 'state', 'dead', 'msg', '', 'attempts', 0, 'crashes', 0, 'epoch', 0,
+    'died_at', tostring(now), 'failed_at', tostring(now), 'traceback', '',
+    'error', 'its record ' .. key .. ' was a ' .. kind .. ', not a hash (written by hand or by '
+      .. 'another program?): replaced by this dead record')
+  redis.call('ZADD', dead, now, id)
+end
