@@ -120,7 +120,8 @@ class Project:
             "from django.test.utils import setup_test_environment; setup_test_environment()\n"
             "from django.contrib.auth import get_user_model\n"
             "from django.test import Client\n"
-            "client = Client(); client.force_login(get_user_model().objects.get(username='admin'))\n"
+            "client = Client()\n"
+            "client.force_login(get_user_model().objects.get(username='admin'))\n"
             f"response = client.get({path!r})\n"
             "print(response.status_code); print(response.content.decode())\n"
         )
