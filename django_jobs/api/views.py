@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -76,7 +76,11 @@ QUEUE_PARAMETER = OpenApiParameter(
 #: Answers every endpoint can give besides its own.
 COMMON: dict[int, Any] = {
     401: OpenApiResponse(ErrorSerializer, "Credentials were given and are wrong."),
-    403: OpenApiResponse(ErrorSerializer, "Not signed in, not allowed, or no CSRF token."),
+    403: OpenApiResponse(
+        ErrorSerializer,
+        "Not signed in, not active staff, without the jobs permission the endpoint needs, "
+        "refused by JOBS_API_PERMISSION_CLASSES, or no CSRF token.",
+    ),
     503: OpenApiResponse(UnavailableSerializer, "Jobs are disabled, or Redis did not answer."),
 }
 BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR, "A malformed id or query parameter.")
@@ -89,9 +93,17 @@ NOT_FOUND = OpenApiResponse(ErrorSerializer, "No such task (or queue).")
 class JobsAPIView(APIView):
     """Base of every view: who may call, and how jobs errors become HTTP errors."""
 
+    #: The action of each handler, by method name: the Task permission it needs.
+    needs: ClassVar[Mapping[str, permissions.Action]] = {}
+
     def get_permissions(self) -> Sequence[_SupportsHasPermission]:
-        # Authenticated always, so that no setting can hand the queues to anonymous users.
-        return [IsAuthenticated(), *(cls() for cls in permissions.permission_classes())]
+        # Signed in, then the admin's rule, always: the setting can only add requirements, so
+        # that no setting hands the queues to anonymous users or to users the admin refuses.
+        return [
+            IsAuthenticated(),
+            permissions.JobsModelPermissions(),
+            *(cls() for cls in permissions.permission_classes()),
+        ]
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, JobsDisabled):
@@ -128,6 +140,8 @@ class JobsAPIView(APIView):
 
 @extend_schema(tags=["jobs"])
 class OverviewView(JobsAPIView):
+    needs = {"get": "view"}
+
     @extend_schema(
         operation_id="jobs_overview",
         summary="Queues and workers at a glance",
@@ -141,6 +155,7 @@ class OverviewView(JobsAPIView):
 
 
 class _ListView(JobsAPIView):
+    needs = {"get": "view"}
     query_serializer: type[ListQuerySerializer] = ListQuerySerializer
 
     def state(self, query: dict[str, Any]) -> str:
@@ -220,6 +235,8 @@ class TaskListView(_ListView):
 
 @extend_schema(tags=["jobs"], parameters=[TASK_ID_PARAMETER])
 class TaskView(JobsAPIView):
+    needs = {"get": "view", "delete": "delete"}
+
     @extend_schema(
         operation_id="jobs_task_retrieve",
         summary="One task in full",
@@ -262,6 +279,8 @@ class TaskView(JobsAPIView):
 
 @extend_schema(tags=["jobs"], parameters=[TASK_ID_PARAMETER])
 class TaskRetryView(JobsAPIView):
+    needs = {"post": "change"}
+
     @extend_schema(
         operation_id="jobs_task_retry",
         summary="Retry a dead or retrying task now",
@@ -298,6 +317,8 @@ class TaskRetryView(JobsAPIView):
 
 @extend_schema(tags=["jobs"], parameters=[QUEUE_PARAMETER])
 class QueuePauseView(JobsAPIView):
+    needs = {"post": "change"}
+
     @extend_schema(
         operation_id="jobs_queue_pause",
         summary="Pause a queue",
@@ -312,6 +333,8 @@ class QueuePauseView(JobsAPIView):
 
 @extend_schema(tags=["jobs"], parameters=[QUEUE_PARAMETER])
 class QueueResumeView(JobsAPIView):
+    needs = {"post": "change"}
+
     @extend_schema(
         operation_id="jobs_queue_resume",
         summary="Resume a paused queue",
@@ -326,6 +349,8 @@ class QueueResumeView(JobsAPIView):
 
 @extend_schema(tags=["jobs"], parameters=[QUEUE_PARAMETER])
 class QueueDeadView(JobsAPIView):
+    needs = {"delete": "delete"}
+
     @extend_schema(
         operation_id="jobs_queue_dead_destroy",
         summary="Delete every dead task of a queue",
@@ -339,6 +364,8 @@ class QueueDeadView(JobsAPIView):
 
 @extend_schema(tags=["jobs"], parameters=[QUEUE_PARAMETER])
 class QueueDeadRetryView(JobsAPIView):
+    needs = {"post": "change"}
+
     @extend_schema(
         operation_id="jobs_queue_dead_retry",
         summary="Retry every dead task of a queue now",

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import AbstractUser, Permission
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -66,10 +66,22 @@ class Flaky(Job[Note]):
 # -- fixtures and helpers -------------------------------------------------------------------
 
 
-def make_user(name: str, *, staff: bool) -> AbstractUser:
+#: The Task permissions of the Jobs section (models.py): all of them.
+EVERY_PERMISSION = ("view_task", "change_task", "delete_task")
+
+
+def grant(user: AbstractUser, *codenames: str) -> None:
+    """Give the user these jobs permissions directly."""
+    perms = Permission.objects.filter(content_type__app_label="django_jobs", codename__in=codenames)
+    assert perms.count() == len(codenames)
+    user.user_permissions.add(*perms)
+
+
+def make_user(name: str, *, staff: bool, perms: tuple[str, ...] = ()) -> AbstractUser:
     user: AbstractUser = get_user_model().objects.create_user(
         username=name, password="a-long-pass-phrase", is_staff=staff
     )
+    grant(user, *perms)
     return user
 
 
@@ -80,12 +92,13 @@ def fast_passwords(settings: Any) -> None:
 
 @pytest.fixture
 def admin_user(db: None) -> AbstractUser:
-    return make_user("ada", staff=True)
+    """A staff user with every jobs permission, as the admin requires to do everything."""
+    return make_user("ada", staff=True, perms=EVERY_PERMISSION)
 
 
 @pytest.fixture
 def api(admin_user: AbstractUser, redis_ns: RedisNamespace) -> APIClient:
-    """A client signed in as a staff user (session), with jobs on an isolated namespace."""
+    """A client signed in as admin_user (session), with jobs on an isolated namespace."""
     client = APIClient()
     client.force_login(admin_user)
     return client
@@ -675,15 +688,16 @@ def test_access__session_changes_need_the_csrf_token(
     assert get_inspector().queues()[1].paused is False
 
 
-def test_access__setting_swaps_the_permission_classes(
+def test_access__setting_cannot_lift_the_model_permissions(
     db: None, redis_ns: RedisNamespace, settings: Any
 ) -> None:
+    # Before: this setting let any signed-in user in. The setting now only adds requirements.
     settings.JOBS_API_PERMISSION_CLASSES = ["rest_framework.permissions.IsAuthenticated"]
-    client = signed_in(make_user("bob", staff=False), "token")
+    client = signed_in(make_user("bob", staff=False, perms=EVERY_PERMISSION), "token")
+    clerk = signed_in(make_user("clerk", staff=True), "token")
 
-    response = client.get(BASE)
-
-    assert response.status_code == 200
+    assert client.get(BASE).status_code == 403
+    assert clerk.get(BASE).status_code == 403
 
 
 def test_access__anonymous_is_refused_even_if_the_setting_allows_any(
@@ -702,8 +716,8 @@ def test_access__setting_accepts_combined_classes(
     from rest_framework.permissions import IsAdminUser, IsAuthenticated
 
     settings.JOBS_API_PERMISSION_CLASSES = [IsAdminUser & IsAuthenticated]
-    staff = signed_in(make_user("ada", staff=True), "session")
-    other = signed_in(make_user("bob", staff=False), "session")
+    staff = signed_in(make_user("ada", staff=True, perms=("view_task",)), "session")
+    other = signed_in(make_user("bob", staff=False, perms=("view_task",)), "session")
 
     assert staff.get(BASE).status_code == 200
     assert other.get(BASE).status_code == 403

@@ -1,10 +1,11 @@
 """The admin API's OpenAPI schema, and a property-based run of the API against it.
 
 schemathesis generates requests from the schema (valid ones, and in negative mode invalid ones)
-for every operation, sends them through the project's WSGI application with a staff user's
-token, and checks each answer: never a 500, a documented status code and content type, a body
-that the schema describes, and no data without credentials. Each operation gets at most
-MAX_EXAMPLES examples per mode, so the whole run stays within seconds.
+for every operation, sends them through the project's WSGI application with the token of a
+staff user holding every jobs permission, and checks each answer: never a 500, a documented
+status code and content type, a body that the schema describes, and no data without
+credentials. Each operation gets at most MAX_EXAMPLES examples per mode, so the whole run stays
+within seconds.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from tests.conftest import RedisNamespace
-from tests.integration.test_api import Noop, Note, seed_every_state
+from tests.integration.test_api import EVERY_PERMISSION, Noop, Note, grant, seed_every_state
 
 SCHEMA_URL = "/api/v1/schema"
 #: Every operation of the API: (method, path template).
@@ -85,6 +86,8 @@ def test_schema__describes_every_operation(db: None) -> None:
     assert task_id["schema"]["pattern"] == "^[0-9a-f]{32}$"
     assert set(task["responses"]) == {"200", "400", "401", "403", "404", "503"}
     assert set(paths["/api/v1/admin/jobs/{task_id}/retry"]["post"]["responses"]) >= {"409"}
+    # Every operation can refuse a user without the jobs permission it needs.
+    assert all("403" in op["responses"] for item in paths.values() for op in item.values())
     failed = paths["/api/v1/admin/jobs/failed"]["get"]
     assert {p["name"] for p in failed["parameters"]} == {
         "queue",
@@ -115,6 +118,7 @@ def _keep_the_test_connection() -> Iterator[None]:
 @pytest.fixture
 def token(db: None) -> str:
     user = get_user_model().objects.create_user(username="ada", is_staff=True)
+    grant(user, *EVERY_PERMISSION)
     return Token.objects.create(user=user).key
 
 
