@@ -14,6 +14,10 @@
 | django_jobs.E010    | HEARTBEAT_INTERVAL is not shorter than LEASE                   |
 | django_jobs.E011    | two job classes share one registered name                      |
 | django_jobs.E012    | a job class default (queue, attempts, timeout...) is invalid   |
+| django_jobs.E013    | EMAIL_BACKEND is not a dotted path, or is the queued backend   |
+| django_jobs.E014    | EMAIL_QUEUE is not one of QUEUES                               |
+| django_jobs.E015    | a queued mailer (MAILERS) names itself, a queued mailer or no  |
+|                     | existing alias as its "mailer"                                 |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 """
 
@@ -27,6 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.apps import AppConfig
+from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections
 
@@ -40,6 +45,9 @@ from django_jobs.conf import (
 )
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: The dotted path of django_jobs.mail.QueuedEmailBackend (named, not imported: layers).
+QUEUED_BACKEND = "django_jobs.mail.QueuedEmailBackend"
+DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 #: Names used inside Redis keys: no braces (hash tags), colons (separators) or whitespace.
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -202,6 +210,7 @@ def settings_errors() -> list[Error]:
                 "Use a dict of entry name -> {'job': ..., 'cron': ...}.",
             )
         )
+    errors += _check_email(raw)
     beat, lease = raw["HEARTBEAT_INTERVAL"], raw["LEASE"]
     if is_valid_duration(beat) and is_valid_duration(lease):
         seconds = [v.total_seconds() if isinstance(v, timedelta) else v for v in (beat, lease)]
@@ -216,6 +225,43 @@ def settings_errors() -> list[Error]:
                     "third of the lease or less.",
                 )
             )
+    return errors
+
+
+def _check_email(raw: dict[str, Any]) -> list[Error]:
+    errors = []
+    backend = raw["EMAIL_BACKEND"]
+    if backend is not None and not (isinstance(backend, str) and DOTTED_RE.match(backend)):
+        errors.append(
+            _error(
+                13,
+                f"JOBS['EMAIL_BACKEND'] is {backend!r}, not a dotted path to an email backend.",
+                "Name the backend that really sends, such as "
+                "'django.core.mail.backends.smtp.EmailBackend', or leave it out.",
+            )
+        )
+    elif backend == QUEUED_BACKEND:
+        errors.append(
+            _error(
+                13,
+                "JOBS['EMAIL_BACKEND'] is the queued backend itself: every mail would be "
+                "queued again by the worker and never sent.",
+                "Set EMAIL_BACKEND = 'django_jobs.mail.QueuedEmailBackend' and "
+                "JOBS['EMAIL_BACKEND'] to the backend that really sends (SMTP, ...).",
+            )
+        )
+    queues = raw["QUEUES"]
+    # Checked here when set; the default is checked by the mail checks when mail is queued.
+    explicit = "EMAIL_QUEUE" in getattr(django_settings, "JOBS", {})
+    if explicit and isinstance(queues, Sequence) and raw["EMAIL_QUEUE"] not in queues:
+        errors.append(
+            _error(
+                14,
+                f"JOBS['EMAIL_QUEUE'] is {raw['EMAIL_QUEUE']!r}, not one of JOBS['QUEUES'].",
+                "Use one of the configured queues (the default is 'critical'), or add it to "
+                "JOBS['QUEUES'].",
+            )
+        )
     return errors
 
 

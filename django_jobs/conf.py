@@ -74,6 +74,13 @@ DEFAULTS: dict[str, Any] = {
     "MAX_MEMORY_PER_CHILD": 0,
     # Seconds a flow replay lease lasts unless renewed.
     "FLOW_REPLAY_LEASE": 30,
+    # Seconds a ProcessedTask row (written by once(), atomic jobs and mail) is kept.
+    "PROCESSED_RETENTION": 30 * 86400,
+    # Before Django 6.1 (no MAILERS): the dotted path of the backend that really sends the mail
+    # queued by django_jobs.mail.QueuedEmailBackend.
+    "EMAIL_BACKEND": None,
+    # The queue of the jobs that deliver queued mail.
+    "EMAIL_QUEUE": "critical",
 }
 
 #: Keys whose value is a duration in seconds (a number or a timedelta).
@@ -94,6 +101,7 @@ DURATIONS = frozenset(
         "UNKNOWN_JOB_DELAY",
         "UNKNOWN_JOB_GRACE",
         "FLOW_REPLAY_LEASE",
+        "PROCESSED_RETENTION",
     }
 )
 #: Durations and counts for which 0 is meaningful (see DEFAULTS).
@@ -144,6 +152,9 @@ class JobsSettings:
     max_tasks_per_child: int
     max_memory_per_child: int
     flow_replay_lease: float
+    processed_retention: float
+    email_backend: str | None
+    email_queue: str
 
     @property
     def enabled(self) -> bool:

@@ -13,6 +13,7 @@ All three entries check Task's permissions:
 from __future__ import annotations
 
 from django.db import models
+from django.utils import timezone
 
 
 class Queue(models.Model):
@@ -46,3 +47,26 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return "worker"
+
+
+class ProcessedTask(models.Model):
+    """A real table: one row per effect that has happened, so that a second run can skip it.
+
+    Written by `django_jobs.once(key)` in the same transaction as the effect itself, so the row
+    exists if and only if the effect committed. `key` is unique: two workers inserting one key
+    cannot both commit. Rows older than ``JOBS["PROCESSED_RETENTION"]`` are pruned in batches by
+    the worker's janitor and by ``manage.py prune_processed`` (the index on `processed_at`).
+    """
+
+    key = models.CharField(max_length=255, unique=True)
+    #: The registered name of the job that wrote the row ("" outside a job).
+    job = models.CharField(max_length=200, blank=True, default="")
+    #: The id of the task that wrote the row ("" outside a job).
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    processed_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name = "processed task"
+
+    def __str__(self) -> str:
+        return self.key

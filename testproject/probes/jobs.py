@@ -8,8 +8,9 @@ import socket
 import time
 from dataclasses import dataclass
 
-from django_jobs import Job
+from django_jobs import Job, once
 from django_jobs.client import get_broker
+from testproject.probes.models import Effect
 
 
 def _key(name: str) -> str:
@@ -127,9 +128,11 @@ class ChaosWork:
 
 def _chaos_log(event: str, job_id: str, n: int, attempt: int) -> None:
     """Append one line to this process's log in $CHAOS_LOG_DIR (one O_APPEND write: it survives
-    kill -9 of the process right after, and two processes never share a file)."""
+    kill -9 of the process right after, and two processes never share a file). The last field
+    names the worker ($CHAOS_WORKER, inherited by its children): which runs shared a worker."""
     path = os.path.join(os.environ["CHAOS_LOG_DIR"], f"{os.getpid()}.log")
-    line = f"{event} {job_id} {n} {attempt} {os.getpid()} {time.time():.6f}\n"
+    worker = os.environ.get("CHAOS_WORKER", "-")
+    line = f"{event} {job_id} {n} {attempt} {os.getpid()} {time.time():.6f} {worker}\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -141,17 +144,42 @@ class Chaos(Job[ChaosWork]):
     """The reliability battery's job (tests/chaos): log "start", work, then log "done".
 
     A "done" line is written only after the work, so a job id with two "done" lines ran to
-    completion twice. Nothing else is written anywhere: the log is the battery's evidence.
+    completion twice. A run cut short says so where it can: "abort" when an exception leaves
+    the handler (a timeout, a lost lease, the poison's error), "crash" just before the poison
+    kills its own process. Each run's line of the end dates it, so the checker can tell two
+    runs of one task at the same time from two in a row. Nothing else is written anywhere: the
+    log is the battery's evidence.
     """
 
     def run(self, payload: ChaosWork) -> None:
-        _chaos_log("start", self.context.job_id, payload.n, self.context.attempt)
-        if payload.fail == "crash":
+        job_id, attempt = self.context.job_id, self.context.attempt
+        _chaos_log("start", job_id, payload.n, attempt)
+        try:
+            if payload.fail == "crash":
+                _chaos_log("crash", job_id, payload.n, attempt)
+                os.kill(os.getpid(), 9)
+            if payload.seconds:
+                time.sleep(payload.seconds)
+            if payload.spin:
+                sum(range(payload.spin))
+            if payload.fail == "raise":
+                raise RuntimeError(f"poison {payload.n}: " + "x" * payload.message_size)
+        except BaseException:
+            _chaos_log("abort", job_id, payload.n, attempt)
+            raise
+        _chaos_log("done", job_id, payload.n, attempt)
+
+
+class OnceEffect(Job[Work]):
+    """Write one Effect row inside once(), then, on the first run only, kill its own process
+    after the block committed and before the worker could acknowledge the task."""
+
+    def run(self, payload: Work) -> None:
+        with once(f"probe:{payload.tag}") as first:
+            if first:
+                Effect.objects.create(key=payload.tag, pid=os.getpid())
+        client = get_broker().client
+        client.rpush(_key("runs"), f"{payload.tag}:{self.context.attempt}:{int(first)}")
+        if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
             os.kill(os.getpid(), 9)
-        if payload.seconds:
-            time.sleep(payload.seconds)
-        if payload.spin:
-            sum(range(payload.spin))
-        if payload.fail == "raise":
-            raise RuntimeError(f"poison {payload.n}: " + "x" * payload.message_size)
-        _chaos_log("done", self.context.job_id, payload.n, self.context.attempt)
+        client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
