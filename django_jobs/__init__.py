@@ -19,7 +19,6 @@ from django_jobs.jobs import Job, JobContext
 if TYPE_CHECKING:
     from django_jobs.client import JobHandle
     from django_jobs.idempotency import once
-    from django_jobs.idempotency import once
 
 __version__ = "0.1.0.dev0"
 
