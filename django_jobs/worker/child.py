@@ -10,14 +10,25 @@ An idle child blocks on Redis for a wake-up token and fetches in the same round 
 
 The handler runs on the child's main thread, so the task timeout is a SIGALRM that raises
 JobTimeout inside it. A handler that does not return to Python in time (C code holding the GIL,
-a handler that swallows JobTimeout) is killed by the supervisor after a grace period.
+a handler that swallows JobTimeout) is killed by the supervisor after a grace period. A run whose
+lease the supervisor found lost gets LeaseLost the same way (SIGUSR1), and nothing is written.
+
+A child dies with its supervisor: on Linux the kernel kills it (a parent-death signal), and
+everywhere it checks its parent before each fetch and before it starts a task, so an orphan
+never starts one (a task fetched as the supervisor died goes back untouched).
+
+While Redis does not answer, a child logs one line, retries after a bounded jittered back-off,
+and logs one line when Redis answers again.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
+import os
 import resource
 import signal
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,7 +36,8 @@ from types import FrameType
 
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.exceptions import BrokerUnavailable, JobTimeout
+from django_jobs.exceptions import BrokerUnavailable, JobTimeout, LeaseLost
+from django_jobs.worker.loop import Backoff, Outage
 from django_jobs.worker.processor import Processor, outcome
 from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
@@ -34,8 +46,20 @@ logger = logging.getLogger("django_jobs.worker.child")
 #: Seconds a free child blocks on Redis for a wake-up token before it fetches anyway (a resumed
 #: queue, tokens lost with a Redis restart: every other way into pending pushes a token).
 WAIT = 5.0
-#: Seconds between attempts while Redis does not answer.
-RETRY = 2.0
+#: The signal by which the supervisor tells a child that its run lost its lease.
+LOST_SIGNAL = signal.SIGUSR1
+#: prctl(2) option: the signal this process gets when the thread that forked it exits.
+PR_SET_PDEATHSIG = 1
+#: libc, loaded in the supervisor (before any fork) on Linux; None elsewhere.
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent dies (Linux); return whether the
+    parent is still `parent` (it may have died before the request was made)."""
+    if _LIBC is not None:
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == parent
 
 
 def _memory_mib() -> float:
@@ -54,7 +78,11 @@ class Child:
         self.queues = tuple(queues)
         self.table = table
         self.index = index
+        #: The supervisor's pid: a different parent means it died and this child is an orphan.
+        self.parent = os.getppid()
         self.processor = Processor(broker, queues, guard=self._guard)
+        self.backoff = Backoff()
+        self.outage = Outage(logger, f"worker child {os.getpid()}")
         self.current: Delivery | None = None
         self.stopping = False
         self.waiting = False
@@ -73,20 +101,35 @@ class Child:
         if self.armed:
             raise JobTimeout(f"timed out after {self.armed:g} s")
 
+    def _on_lost(self, signum: int, frame: FrameType | None) -> None:
+        # From the supervisor, after it marked the lost run: interrupt only that run.
+        task = self.current
+        if self.armed and task and self.table.is_lost(self.index, task.id, task.epoch):
+            raise LeaseLost(f"task {task.id} lost its lease: run interrupted")
+
+    def _orphaned(self) -> bool:
+        """Whether the supervisor died (this process was handed to another parent)."""
+        if os.getppid() == self.parent:
+            return False
+        logger.warning("worker child %d: its supervisor %d died; exiting", os.getpid(), self.parent)
+        return True
+
     def run(self) -> None:
         # Ctrl-C reaches the whole process group: the supervisor decides, not the child.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
         # Installed once: each task only arms and disarms the timer (see `_guard`).
         signal.signal(signal.SIGALRM, self._alarm_handler)
+        signal.signal(LOST_SIGNAL, self._on_lost)
         # The supervisor forked us with these blocked; one sent meanwhile is delivered now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
         verdict: Verdict | None = None
         maybe_work = True
         while True:
-            fetch = maybe_work and not self.stopping and not self._retiring()
+            orphaned = self._orphaned()
+            fetch = maybe_work and not self.stopping and not self._retiring() and not orphaned
             if verdict is None and not fetch:
-                if self.stopping or self._retiring():
+                if self.stopping or self._retiring() or orphaned:
                     return
                 deliveries = self._wait()
                 maybe_work = bool(deliveries)
@@ -98,9 +141,10 @@ class Child:
                     [verdict] if verdict else [], self.queues, 1 if fetch else 0
                 )
             except BrokerUnavailable as exc:
-                logger.warning("%s; trying again in %gs", exc, RETRY)
-                self._pause(RETRY)
+                self.outage.failed(exc)
+                self._pause(self.backoff.next())
                 continue
+            self._answered()
             if verdict is not None:
                 outcome(verdict, written[0])
                 self.table.clear(self.index)
@@ -110,10 +154,27 @@ class Child:
             if deliveries:
                 verdict = self._run(deliveries[0])
 
-    def _run(self, delivery: Delivery) -> Verdict:
+    def _answered(self) -> None:
+        self.outage.answered()
+        self.backoff.reset()
+
+    def _run(self, delivery: Delivery) -> Verdict | None:
+        """Run a fetched task; None if nothing is to be written (its lease was lost, or this
+        child is an orphan and handed it back untouched)."""
+        if self._orphaned():
+            self._hand_back(delivery, "its worker's supervisor died")
+            self.stopping = True
+            return None
         self.current = delivery
         self.done += 1
-        return self.processor.decide(delivery)
+        try:
+            return self.processor.decide(delivery)
+        except LeaseLost:
+            logger.warning(
+                "task %s: run interrupted (lease lost); nothing written for it", delivery.id
+            )
+            self.table.clear(self.index)
+            return None
 
     @contextmanager
     def _guard(self, timeout: float) -> Iterator[None]:
@@ -151,22 +212,27 @@ class Child:
             deliveries = self.broker.wait_and_fetch(self.queues, WAIT)
         except BrokerUnavailable as exc:
             self.waiting = False
-            logger.warning("%s; trying again in %gs", exc, RETRY)
-            self._pause(RETRY)
+            self.outage.failed(exc)
+            self._pause(self.backoff.next())
             return []
         finally:
             self.waiting = False
+        self._answered()
         if deliveries and self.stopping:
             for delivery in deliveries:
-                try:
-                    self.broker.requeue(delivery, crash=False)
-                except BrokerUnavailable:
-                    logger.warning(
-                        "could not hand back task %s while stopping: it runs again once its "
-                        "lease expires", delivery.id,
-                    )  # fmt: skip
+                self._hand_back(delivery, "stopping")
             return []
         return deliveries
+
+    def _hand_back(self, delivery: Delivery, why: str) -> None:
+        """Put a fetched task that was not started back in pending, no attempt or crash spent."""
+        try:
+            self.broker.requeue(delivery, crash=False, reason=why)
+        except BrokerUnavailable:
+            logger.warning(
+                "could not hand back task %s (%s): it runs again once its lease expires",
+                delivery.id, why,
+            )  # fmt: skip
 
     def _pause(self, seconds: float) -> None:
         # Not a "waiting" pause: a SIGTERM here must not drop an outcome still to be written.
@@ -174,6 +240,10 @@ class Child:
             time.sleep(seconds)
 
 
-def main(broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int) -> None:
-    """Run a child until it is told to stop or retires."""
+def main(
+    broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int, parent: int
+) -> None:
+    """Run a child until it is told to stop, retires, or its supervisor `parent` dies."""
+    if not die_with_parent(parent):
+        return  # the supervisor died before the kernel could be told: an orphan already
     Child(broker, queues, table, index).run()

@@ -1,23 +1,31 @@
 """Heartbeat: renew the leases of running tasks and publish this worker in the registry.
 
-Only the heartbeat extends leases, and it runs in the supervisor, not beside the handler: a
-handler that holds the GIL in C code cannot make its own task look dead.
+Only the supervisor extends leases, not a thread beside the handler: a handler that holds the GIL
+in C code cannot make its own task look dead. Leases come first and do not depend on the
+registry: a beat that fails (a corrupt registry key, Redis refusing writes) must not leave a
+running task to the recoverers. The recoverer renews too, before it recovers anything
+(`renew`), so that this worker never recovers, and runs again, a task it is still running.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from django_jobs import keys
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.worker.loop import Component
+from django_jobs.worker.loop import Component, unreachable
 
 #: A registry entry outlives three missed beats, then disappears.
 MISSED_BEATS = 3
+
+#: Called with a running task whose lease was lost, and the seconds since its lease was last
+#: renewed (by this worker's clock).
+OnLost = Callable[[Delivery, float], None]
 
 
 class Heartbeat(Component):
@@ -29,33 +37,69 @@ class Heartbeat(Component):
         worker_id: str,
         info: dict[str, str | int | float],
         running: Callable[[], Sequence[Delivery]],
+        on_lost: OnLost | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.broker = broker
         self.worker_id = worker_id
         self.info = info
         self.running = running
+        self.on_lost = on_lost
+        self.clock = clock
         self.interval = broker.settings.heartbeat_interval
         #: Ids whose lease was found lost: their outcome will not be written by this worker.
         self.lost: set[str] = set()
+        #: When leases were last renewed, all of them (by clock).
+        self.renewed_at = clock()
 
     def tick(self) -> None:
         deliveries = list(self.running())
+        try:
+            self.renew(deliveries)
+        except Exception as exc:
+            if unreachable(exc):
+                raise  # the beat would wait out the same timeout
+            self.beat(deliveries)
+            raise
         self.beat(deliveries)
-        self.extend(deliveries)
 
-    def extend(self, deliveries: Sequence[Delivery]) -> None:
-        by_queue: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    def renew(self, deliveries: Sequence[Delivery] | None = None) -> None:
+        """Extend the leases of the tasks this worker runs; report the ones lost.
+
+        Every queue is tried even if one fails (a corrupt lease key of one queue must not cost
+        the others their leases), unless Redis is unreachable; the first error is raised after.
+        """
+        if deliveries is None:
+            deliveries = list(self.running())
+        by_queue: dict[str, list[Delivery]] = defaultdict(list)
         for delivery in deliveries:
-            by_queue[delivery.queue].append((delivery.id, delivery.epoch))
+            by_queue[delivery.queue].append(delivery)
+        first: Exception | None = None
         for queue, held in by_queue.items():
-            for task_id in self.broker.extend_leases(queue, held):
-                if task_id not in self.lost:
-                    self.lost.add(task_id)
-                    self.logger.warning(
-                        "task %s lost its lease (recovered by another worker); its outcome "
-                        "here will not be written", task_id,
-                    )  # fmt: skip
+            try:
+                lost = set(self.broker.extend_leases(queue, [(d.id, d.epoch) for d in held]))
+            except Exception as exc:
+                if unreachable(exc):
+                    raise
+                first = first or exc
+                continue
+            for delivery in held:
+                if delivery.id in lost and delivery.id not in self.lost:
+                    self.lost.add(delivery.id)
+                    self._lost(delivery, self.clock() - self.renewed_at)
         self.lost &= {d.id for d in deliveries}
+        if first is not None:
+            raise first
+        self.renewed_at = self.clock()
+
+    def _lost(self, delivery: Delivery, since: float) -> None:
+        if self.on_lost is not None:
+            self.on_lost(delivery, since)
+            return
+        self.logger.warning(
+            "task %s lost its lease (another worker recovered it): its outcome here will not "
+            "be written", delivery.id,
+        )  # fmt: skip
 
     def beat(self, deliveries: Sequence[Delivery]) -> None:
         tasks = json.dumps([{"id": d.id, "queue": d.queue} for d in deliveries])

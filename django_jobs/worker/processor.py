@@ -19,7 +19,7 @@ from django.db import close_old_connections
 
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.exceptions import UnknownJob
+from django_jobs.exceptions import LeaseLost, UnknownJob
 from django_jobs.jobs import Job, JobContext, registry
 from django_jobs.keys import State
 from django_jobs.message import DecodeError, Message, decode, payload_from_json
@@ -140,7 +140,11 @@ class Processor:
         return outcome(verdict, self.broker.write(verdict))
 
     def decide(self, delivery: Delivery) -> Verdict:
-        """Run a task handed out by dequeue; return what to write (nothing is written)."""
+        """Run a task handed out by dequeue; return what to write (nothing is written).
+
+        LeaseLost raised inside the run (by the worker child's guard) propagates: nothing is to
+        be written for that run.
+        """
         try:
             message = decode(delivery.raw)
         except DecodeError as exc:
@@ -166,6 +170,8 @@ class Processor:
         try:
             with self.guard(message.timeout):
                 run_job(job, payload, context, hygiene=self.hygiene)
+        except LeaseLost:
+            raise  # the task is another worker's now: no outcome of this run may be written
         except Exception as exc:
             fields: dict[str, Any] = {
                 "error": _error_line(exc),
@@ -198,6 +204,27 @@ class Processor:
         delay = self.settings.unknown_job_delay
         return _verdict(delivery, message.job, "retry", delay=delay, error=str(exc), spend=False,
                         unknown=True)  # fmt: skip
+
+
+def write_timed_out(broker: RedisBroker, delivery: Delivery, timeout: float) -> None:
+    """Retry (or kill, past max_attempts) a task whose child was killed for its timeout: the
+    supervisor's counterpart of `decide`, from the task's record (the child is gone)."""
+    error = f"JobTimeout: timed out after {timeout:g} s (killed after the grace period)"
+    k = broker.keys(delivery.queue)
+    with broker.unavailable():
+        raw = broker.client.hmget(k.task(delivery.id), ["attempts", "msg"])
+    try:
+        message = decode(str(raw[1] or ""))
+        job = registry.get(message.job)
+    except (DecodeError, UnknownJob):
+        broker.kill(delivery, error, "")
+        return
+    attempts = str(raw[0] or "0")
+    attempt = (int(attempts) if attempts.isdigit() else 0) + 1  # garbage counts as 0
+    if attempt >= message.max_attempts:
+        broker.kill(delivery, error, "")
+    else:
+        broker.retry(delivery, job.backoff(attempt), error, "")
 
 
 def _verdict(delivery: Delivery, job: str, action: str, **fields: Any) -> Verdict:

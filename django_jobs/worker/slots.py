@@ -7,6 +7,10 @@ no system call.
 
 Each slot is guarded by a sequence number (a seqlock): the writer makes it odd while it writes
 and even when done, and a reader retries until it reads the same even number before and after.
+
+Beside each slot, the supervisor marks a run whose lease was lost (task id and epoch) before it
+signals the child, which interrupts its run only if it is that very run: the child may have
+moved on to another task between the supervisor's look and its signal.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from dataclasses import dataclass
 
 #: seq, queue index, epoch, task id (up to 64 ASCII characters), started (monotonic), timeout (s).
 RECORD = struct.Struct("<Ihq64sdd")
+#: A run whose lease was lost: epoch, task id. Written by the supervisor only, then signalled.
+LOST = struct.Struct("<q64s")
 #: Longest task id a slot holds; a longer (hand-made) id is left to the lease to recover.
 MAX_ID = 64
 #: Reads of a slot caught mid-write before `get` reports it empty: a writer holds a slot for
@@ -43,6 +49,7 @@ class SlotTable:
     def __init__(self, size: int) -> None:
         self.size = size
         self.memory = mmap.mmap(-1, RECORD.size * size)
+        self.lost_marks = mmap.mmap(-1, LOST.size * size)
 
     def set(self, index: int, running: Running) -> None:
         """Record that the child in slot index runs this task."""
@@ -101,3 +108,15 @@ class SlotTable:
         if not task_id:
             return None
         return Running(task_id, queue_index, str(epoch), started, timeout)
+
+    def mark_lost(self, index: int, running: Running) -> None:
+        """Record that this run, in slot index, lost its lease (before signalling its child)."""
+        task_id = running.task_id.encode("ascii", "replace")
+        LOST.pack_into(self.lost_marks, index * LOST.size, int(running.epoch), task_id)
+
+    def is_lost(self, index: int, task_id: str, epoch: str) -> bool:
+        """Whether the supervisor marked this run (task id and epoch) of slot index as lost."""
+        marked_epoch, raw_id = LOST.unpack_from(self.lost_marks, index * LOST.size)
+        return str(marked_epoch) == epoch and raw_id.rstrip(b"\0").decode("ascii", "replace") == (
+            task_id
+        )

@@ -6,9 +6,13 @@ slot table. The supervisor reads that table to
 - renew the leases of running tasks (the heartbeat, DESIGN.md: not a thread beside the handler);
 - put a task back at once when its child dies, without waiting for the lease;
 - kill a child stuck past its task's timeout plus a grace period, and retry the task;
-- stop cleanly: on SIGTERM/SIGINT children stop fetching and finish their task within the
-  shutdown timeout; the rest are stopped and their tasks put back without spending an attempt.
-  A second signal is immediate.
+- interrupt a run whose lease was lost (LeaseLost in its child, SIGUSR1), kill its child if it
+  does not return within the grace, and write nothing for it: the task is another worker's;
+- stop cleanly: on SIGTERM/SIGINT (or `request_stop`, from the autoreloader's thread) children
+  stop fetching and finish their task within the shutdown timeout; the rest are stopped and
+  their tasks put back without spending an attempt. A second signal is immediate.
+
+Children die with the supervisor (see child.py): a `kill -9` of it leaves none behind.
 
 Start order: signal handlers, the slot table, children (forked before any thread or connection
 exists), then the loops (heartbeat first, so leases are renewed from the first second). Stop
@@ -33,14 +37,13 @@ from django.db import connections
 
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.exceptions import BrokerUnavailable, UnknownJob
-from django_jobs.jobs import registry
-from django_jobs.message import DecodeError, decode
+from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.worker import child
 from django_jobs.worker.forwarder import Forwarder
 from django_jobs.worker.heartbeat import Heartbeat
 from django_jobs.worker.janitor import Janitor
 from django_jobs.worker.loop import Ticker
+from django_jobs.worker.processor import write_timed_out
 from django_jobs.worker.recoverer import Recoverer
 from django_jobs.worker.slots import Running, SlotTable
 
@@ -59,6 +62,10 @@ class Child:
     pid: int
     killed_for_timeout: bool = False
     stopped: bool = False
+    #: The run whose lease was lost, signalled at `lost_at` (monotonic), killed if it stays.
+    lost: Running | None = None
+    lost_at: float = 0.0
+    killed_for_lost: bool = False
 
 
 class Supervisor:
@@ -84,14 +91,19 @@ class Supervisor:
         self.table = SlotTable(concurrency)
         self.children: list[Child] = []
         self.signals = 0
+        #: Stop requests not yet acted on: (what, whether a repeat stops at once). Appended by
+        #: signal handlers and other threads, taken by the loop.
+        self.requests: list[tuple[str, bool]] = []
         self.stop_deadline: float | None = None
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-        self.heartbeat = Heartbeat(broker, self.worker_id, self.info(), self.running)
+        self.heartbeat = Heartbeat(
+            broker, self.worker_id, self.info(), self.running, on_lost=self._lease_lost
+        )
         self.ticker = Ticker(
             [
                 self.heartbeat,
                 Forwarder(broker, self.queues),
-                Recoverer(broker, self.queues),
+                Recoverer(broker, self.queues, renew=self.heartbeat.renew),
                 Janitor(broker, self.queues),
             ]
         )
@@ -149,19 +161,35 @@ class Supervisor:
         return 0
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.signals += 1
-        if self.signals == 1:
-            logger.info(
-                "%s: finishing running tasks (up to %gs), then stopping; signal again to stop "
-                "now", signal.Signals(signum).name, self.shutdown_timeout,
-            )  # fmt: skip
-            self.stop_deadline = time.monotonic() + self.shutdown_timeout
-            self._signal_children(signal.SIGTERM)
-        else:
-            logger.info("%s again: stopping now", signal.Signals(signum).name)
-            self.stop_deadline = 0.0
+        self.request_stop(signal.Signals(signum).name)
+
+    def request_stop(self, what: str, *, again_is_now: bool = True) -> None:
+        """Stop as on SIGTERM: let running tasks finish within the shutdown timeout.
+
+        Safe from a signal handler and from another thread (the loop acts on it within a
+        tick). A second request stops at once, unless again_is_now is False (a second code
+        change under --autoreload is not a second Ctrl-C).
+        """
+        self.requests.append((what, again_is_now))
+
+    def _take_requests(self) -> None:
+        while self.requests:
+            what, again_is_now = self.requests.pop(0)
+            if self.stop_deadline is None:
+                self.signals += 1
+                logger.info(
+                    "%s: finishing running tasks (up to %gs), then stopping; signal again to "
+                    "stop now", what, self.shutdown_timeout,
+                )  # fmt: skip
+                self.stop_deadline = time.monotonic() + self.shutdown_timeout
+                self._signal_children(signal.SIGTERM)
+            elif again_is_now:
+                self.signals += 1
+                logger.info("%s again: stopping now", what)
+                self.stop_deadline = 0.0
 
     def _finished(self) -> bool:
+        self._take_requests()
         if self.stop_deadline is None:
             return False
         if all(c.stopped for c in self.children):
@@ -176,6 +204,7 @@ class Supervisor:
         self._reap()
         self._enforce_timeouts()
         until_next_tick = self.ticker.run_due()
+        self._take_requests()
         if self.burst and self.stop_deadline is None:
             self._burst_check()
         time.sleep(min(TICK, until_next_tick))
@@ -191,7 +220,7 @@ class Supervisor:
                     self.broker.client.llen(self.broker.keys(q).pending) for q in self.queues
                 )
         except BrokerUnavailable as exc:
-            logger.warning("%s", exc)
+            logger.debug("burst: could not look for work (%s)", exc)  # the ticker says why
             return
         if not moved and not pending and not self.running():
             logger.info("burst: no work is due, stopping")
@@ -202,6 +231,7 @@ class Supervisor:
 
     def _spawn(self, index: int) -> Child:
         self.table.clear(index)
+        parent = os.getpid()
         # No database connection may cross a fork: two processes on one socket corrupt it.
         connections.close_all()
         # Hold stop signals across the fork: until the child has its own handlers, a SIGTERM
@@ -218,7 +248,7 @@ class Supervisor:
         if pid == 0:  # pragma: no cover - runs in the child
             code = 0
             try:
-                child.main(self.broker, self.queues, self.table, index)
+                child.main(self.broker, self.queues, self.table, index, parent)
             except BaseException:
                 logger.exception("worker child %d crashed", os.getpid())
                 code = 1
@@ -256,9 +286,15 @@ class Supervisor:
             if os.WIFSIGNALED(status)
             else f"exit code {os.WEXITSTATUS(status)}"
         )
+        if c.killed_for_lost:
+            logger.warning(
+                "task %s: child %d killed (its run lost its lease and did not stop within %gs); "
+                "nothing written for it", delivery.id, c.pid, self.settings.timeout_grace,
+            )  # fmt: skip
+            return
         try:
             if c.killed_for_timeout:
-                self._timed_out(delivery, task.timeout)
+                write_timed_out(self.broker, delivery, task.timeout)
                 return
             reason = f"worker child {c.pid} died ({how}) while running it"
             state = self.broker.requeue(delivery, crash=True, reason=reason)
@@ -266,10 +302,47 @@ class Supervisor:
         except BrokerUnavailable as exc:
             logger.warning("task %s: could not put it back (%s); its lease will", delivery.id, exc)
 
-    def _enforce_timeouts(self) -> None:
-        now = time.monotonic()
+    def _lease_lost(self, delivery: Delivery, since: float) -> None:
+        """The heartbeat found a running task's lease lost: interrupt that run (not another)."""
         for index, c in enumerate(self.children):
             task = self.table.get(index)
+            if c.stopped or task is None or task.task_id != delivery.id:
+                continue
+            if task.epoch != delivery.epoch:
+                continue
+            since = min(since, time.monotonic() - task.started)
+            logger.warning(
+                "task %s lost its lease (not renewed for %.0fs, lease %gs: Redis unreachable, "
+                "or this worker stalled, and another worker recovered it): run interrupted, "
+                "outcome not written", delivery.id, since, self.settings.lease,
+            )  # fmt: skip
+            self.table.mark_lost(index, task)
+            c.lost, c.lost_at = task, time.monotonic()
+            try:
+                os.kill(c.pid, child.LOST_SIGNAL)
+            except ProcessLookupError:
+                pass  # exited already: _reap sees it
+            return
+
+    def _enforce_timeouts(self) -> None:
+        now = time.monotonic()
+        grace = self.settings.timeout_grace
+        for index, c in enumerate(self.children):
+            task = self.table.get(index)
+            if (
+                c.lost is not None
+                and task == c.lost
+                and not c.stopped
+                and not c.killed_for_lost
+                and now - c.lost_at > grace
+            ):
+                logger.error(
+                    "task %s: its run did not stop within %gs of losing its lease: killing "
+                    "child %d", task.task_id, grace, c.pid,
+                )  # fmt: skip
+                c.killed_for_lost = True
+                os.kill(c.pid, signal.SIGKILL)
+                continue
             if (
                 task is not None
                 and not c.stopped
@@ -282,26 +355,6 @@ class Supervisor:
                 )  # fmt: skip
                 c.killed_for_timeout = True
                 os.kill(c.pid, signal.SIGKILL)
-
-    def _timed_out(self, delivery: Delivery, timeout: float) -> None:
-        """Retry (or kill, past max_attempts) a task whose child was killed for its timeout."""
-        error = f"JobTimeout: timed out after {timeout:g} s (killed after the grace period)"
-        k = self.broker.keys(delivery.queue)
-        raw = (
-            self.broker.client.hget(k.task(delivery.id), "attempts"),
-            self.broker.client.hget(k.task(delivery.id), "msg"),
-        )
-        try:
-            message = decode(str(raw[1] or ""))
-            job = registry.get(message.job)
-        except (DecodeError, UnknownJob):
-            self.broker.kill(delivery, error, "")
-            return
-        attempt = int(raw[0] or 0) + 1
-        if attempt >= message.max_attempts:
-            self.broker.kill(delivery, error, "")
-        else:
-            self.broker.retry(delivery, job.backoff(attempt), error, "")
 
     def _hand_back_running(self) -> None:
         """Stop busy children now and put their tasks back without spending an attempt."""

@@ -1,20 +1,33 @@
 import logging
 
 import pytest
+import redis
 
-from django_jobs.worker.loop import Component, Ticker
+from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.worker.loop import FIRST, JITTER, MOST, Backoff, Component, Ticker
+
+
+def down() -> BrokerUnavailable:
+    """The error the broker raises when Redis does not answer (its cause chained)."""
+    try:
+        raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6399. Connection refused.")
+    except redis.ConnectionError as cause:
+        try:
+            raise BrokerUnavailable("Redis at redis://127.0.0.1:6399/0 did not answer") from cause
+        except BrokerUnavailable as exc:
+            return exc
 
 
 class Counter(Component):
-    def __init__(self, interval: float, fail: bool = False) -> None:
+    def __init__(self, interval: float, fail: Exception | None = None) -> None:
         self.interval = interval
         self.fail = fail
         self.ticks = 0
 
     def tick(self) -> None:
         self.ticks += 1
-        if self.fail:
-            raise RuntimeError("redis went away")
+        if self.fail is not None:
+            raise self.fail
 
 
 class Clock:
@@ -39,15 +52,83 @@ def test_ticker__runs_each_component_on_its_interval() -> None:
     assert waits[0] == 1
 
 
-def test_ticker__a_failing_tick_is_logged_and_tried_again(caplog: pytest.LogCaptureFixture) -> None:
+def test_ticker__a_failing_tick_is_logged_once_and_tried_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     clock = Clock()
-    broken = Counter(1, fail=True)
+    broken = Counter(1, fail=RuntimeError("a bug"))
     ticker = Ticker([broken], clock=clock)
 
-    with caplog.at_level(logging.ERROR):
-        ticker.run_due()
-        clock.now += 1
+    with caplog.at_level(logging.INFO):
+        for _ in range(5):
+            ticker.run_due()
+            clock.now += 1
+        broken.fail = None
         ticker.run_due()
 
-    assert broken.ticks == 2
-    assert caplog.text.count("Counter tick failed") == 2
+    assert broken.ticks == 6
+    # A bug keeps its traceback, once; then one line when it works again.
+    assert caplog.text.count("counter tick failed: a bug") == 1
+    assert caplog.text.count("Traceback") == 1
+    assert "counter works again after 5.0s" in caplog.text
+    assert len(caplog.records) == 2
+
+
+def test_ticker__unreachable_redis_is_one_line_and_a_bounded_backoff(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Found trying it (issue 12): about 93 lines a second during an outage, a traceback on every
+    # forwarder, heartbeat and recoverer tick.
+    clock = Clock()
+    components = [Counter(0.5, fail=down()), Counter(1, fail=down()), Counter(5, fail=down())]
+    ticker = Ticker(components, clock=clock)
+
+    with caplog.at_level(logging.INFO):
+        for _ in range(600):  # a minute of outage, looked at every 0.1 s
+            ticker.run_due()
+            clock.now += 0.1
+        for c in components:
+            c.fail = None
+        clock.now += MOST * (1 + JITTER)  # past the longest back-off: the retry is due
+        ticker.run_due()
+
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("Redis unreachable: Redis at redis://127.0.0.1:6399/0 did not")
+    assert lines[0].endswith("(counter, counter, counter paused; retrying every 0.5 to 5s)")
+    assert lines[1] == "Redis reachable again after 66.0s (counter, counter, counter resumed)"
+    assert "Traceback" not in caplog.text
+    # Only the first due component tries Redis each time, about every 5 s once backed off;
+    # the retry ran them all (the one that failed first, first).
+    assert components[0].ticks <= 60 / (MOST * (1 - JITTER)) + 6
+    assert [c.ticks for c in components[1:]] == [1, 1]
+
+
+def test_ticker__an_error_redis_answers_with_does_not_pause_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    refused = Counter(1, fail=BrokerUnavailable("WRONGTYPE for <ns>:workers"))
+    fine = Counter(1)
+    ticker = Ticker([refused, fine], clock=clock)
+
+    with caplog.at_level(logging.INFO):
+        for _ in range(10):
+            ticker.run_due()
+            clock.now += 1
+
+    assert (refused.ticks, fine.ticks) == (10, 10)
+    assert caplog.text.count("WRONGTYPE") == 1
+    assert "Traceback" not in caplog.text
+
+
+def test_backoff__doubles_to_a_cap_with_jitter() -> None:
+    low, high = Backoff(rand=lambda: 0.0), Backoff(rand=lambda: 0.999999)
+
+    lows = [low.next() for _ in range(8)]
+    highs = [high.next() for _ in range(8)]
+    low.reset()
+
+    assert lows == pytest.approx([FIRST * 0.8 * 2**n for n in range(4)] + [MOST * 0.8] * 4)
+    assert highs == pytest.approx([FIRST * 1.2 * 2**n for n in range(4)] + [MOST * 1.2] * 4)
+    assert low.next() == pytest.approx(FIRST * 0.8)

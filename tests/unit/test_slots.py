@@ -93,3 +93,16 @@ def test_slot_table__child_killed_while_writing_never_jams_the_reader() -> None:
         table.reset(0)
         table.set(0, TASK)
         assert table.get(0) == TASK
+
+
+def test_slot_table__lost_mark_names_one_run_of_one_slot() -> None:
+    table = SlotTable(2)
+    table.set(1, TASK)
+
+    table.mark_lost(1, TASK)
+
+    assert table.is_lost(1, TASK.task_id, TASK.epoch)
+    assert not table.is_lost(0, TASK.task_id, TASK.epoch)
+    # The child moved on: the same task under a later epoch (or another task) is not lost.
+    assert not table.is_lost(1, TASK.task_id, "8")
+    assert not table.is_lost(1, "b" * 32, TASK.epoch)
