@@ -114,11 +114,3 @@ class LeaseLost(JobsError):
     Raised inside the handler, as `JobTimeout` is. Nothing is written for the run: the task is
     the other worker's now. A handler that catches it should return at once.
     """
-
-
-class LeaseLost(JobsError):
-    """This run's task lost its lease and was handed to another worker; the run was interrupted.
-
-    Raised inside the handler, as `JobTimeout` is. Nothing is written for the run: the task is
-    the other worker's now. A handler that catches it should return at once.
-    """
