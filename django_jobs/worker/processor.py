@@ -149,6 +149,8 @@ class Processor:
             message = decode(delivery.raw)
         except DecodeError as exc:
             return _kill(delivery, "?", f"could not decode the task record: {exc}")
+        if delivery.problem:  # garbage in the record (a time field): it can never run as it is
+            return _kill(delivery, message.job, delivery.problem)
         try:
             job = registry.get(message.job)
         except UnknownJob as exc:

@@ -632,3 +632,27 @@ def test_outcome__dead_after_one_attempt_says_attempt(
     run_burst()
 
     assert "dead after 1 attempt: ValueError" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("field", "garbage"), [("enqueued_at", "abc"), ("first_unknown_at", "soon")]
+)
+def test_process__garbage_time_in_the_record_is_dead_at_once_unspent(
+    redis_ns: RedisNamespace, field: str, garbage: str
+) -> None:
+    # Found trying it (issue 12): garbage in a time field crashed the worker under the task.
+    handle = Greet.enqueue(Greeting("ada"))
+    key = get_broker().keys("default").task(handle.id)
+    redis_ns.client.hset(key, field, garbage)
+
+    (outcome,) = run_burst()
+
+    error = f"{field} is not a number: {garbage!r}"
+    assert outcome == Outcome(handle.id, Greet.name, "default", "dead", error)
+    assert ran == []
+    record = redis_ns.client.hgetall(key)
+    assert (record[b"state"], record[b"attempts"], record[b"error"]) == (
+        b"dead",
+        b"0",
+        error.encode(),
+    )
