@@ -20,8 +20,6 @@ import pytest
 from django.contrib.auth.models import Group, Permission, User
 from django.http import HttpResponse
 from django.urls import URLPattern, URLResolver, reverse
-from rest_framework.permissions import BasePermission
-from rest_framework.request import Request
 from rest_framework.test import APIClient
 from rest_framework.views import APIView
 
@@ -30,11 +28,8 @@ from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import State
 from django_jobs.testing import run_burst
 from tests.conftest import RedisNamespace
-from tests.integration.test_api import BASE, Fails, Note
+from tests.integration.test_api import BASE, EVERY_PERMISSION, Fails, Note
 from tests.redis_state import snapshot
-
-EVERY_PERMISSION = ("view_task", "change_task", "delete_task")
-
 
 # -- users ----------------------------------------------------------------------------------
 
@@ -52,8 +47,11 @@ class Kind:
     #: Grant perms through a group rather than to the user.
     group: bool = False
 
-    def client(self) -> APIClient:
-        """A client signed in as a new user of this kind (one client for admin and API)."""
+    def client(self, groups: tuple[str, ...] = ()) -> APIClient:
+        """A client signed in as a new user of this kind (one client for admin and API).
+
+        `groups`: names of more groups (no permissions given) to put the user in.
+        """
         client = APIClient()
         if self.anonymous:
             return client
@@ -73,6 +71,8 @@ class Kind:
             user.groups.add(group)
         else:
             user.user_permissions.set(perms)
+        for name in groups:
+            user.groups.add(Group.objects.get_or_create(name=name)[0])
         client.force_login(user)
         return client
 
@@ -87,6 +87,7 @@ KINDS = [
     Kind("staff with delete_task only", perms=("delete_task",)),
     Kind("superuser", superuser=True),
 ]
+KIND = {kind.name: kind for kind in KINDS}
 
 
 # -- what each cell starts from -------------------------------------------------------------
@@ -331,87 +332,10 @@ def test_permission_matrix__api_allows_what_the_admin_allows(
         if endpoint.shows_task:
             assert seeded.api_task in response.content.decode()
     else:
-        signed_in = not (kind.anonymous or not kind.active)
+        signed_in = kind.active and not kind.anonymous
         assert response.status_code == 403 if signed_in else response.status_code in (401, 403)
         if endpoint.method != "head":  # HEAD: no body
             assert list(response.json()) == ["detail"]
         assert snapshot(redis_ns) == before
         if endpoint.effect is not None:
             assert not endpoint.effect(insp, "default", seeded.api_task)
-
-
-# -- JOBS_API_PERMISSION_CLASSES adds requirements, never removes one ----------------------
-
-
-class Nobody(BasePermission):
-    message = "The project's own rule refuses everyone."
-
-    def has_permission(self, request: Request, view: APIView) -> bool:
-        return False
-
-
-def _changes_nothing(client: APIClient, redis_ns: RedisNamespace) -> None:
-    seeded = seed(paused=False)
-    before = snapshot(redis_ns)
-    for method, route in (("get", TASK), ("delete", TASK), ("post", PAUSE)):
-        path = route.replace("<str:task_id>", seeded.api_task).replace("<str:queue>", "default")
-        response = getattr(client, method)(BASE + path)
-        assert response.status_code == 403, (method, route, response.content)
-    assert snapshot(redis_ns) == before
-
-
-@pytest.mark.parametrize(
-    "setting",
-    [
-        ["rest_framework.permissions.AllowAny"],
-        ["rest_framework.permissions.IsAuthenticated"],
-        ["rest_framework.permissions.IsAdminUser"],
-        [],
-    ],
-)
-@pytest.mark.parametrize(
-    "kind",
-    [KINDS[1], KINDS[3], KINDS[4]],
-    ids=lambda k: k.name,
-)
-def test_permission_classes__a_lenient_setting_keeps_the_model_permissions(
-    db: None, redis_ns: RedisNamespace, settings: Any, setting: list[str], kind: Kind
-) -> None:
-    """Non-staff with every permission, staff with none, staff with view: still refused."""
-    settings.JOBS_API_PERMISSION_CLASSES = setting
-    client = kind.client()
-    if kind.perms == ("view_task",):  # it may read, but not change
-        seeded = seed(paused=False)
-        assert client.get(f"{BASE}/{seeded.api_task}").status_code == 200
-        before = snapshot(redis_ns)
-        assert client.delete(f"{BASE}/{seeded.api_task}").status_code == 403
-        assert client.post(f"{BASE}/queues/default/pause").status_code == 403
-        assert snapshot(redis_ns) == before
-    else:
-        _changes_nothing(client, redis_ns)
-
-
-def test_permission_classes__the_setting_adds_its_own_requirements(
-    db: None, redis_ns: RedisNamespace, settings: Any
-) -> None:
-    settings.JOBS_API_PERMISSION_CLASSES = [f"{__name__}.Nobody"]
-    client = KINDS[-1].client()  # a superuser
-
-    _changes_nothing(client, redis_ns)
-    assert client.get(BASE).json() == {"detail": Nobody.message}
-
-
-def test_permission_classes__denial_message_names_the_permission(
-    db: None, redis_ns: RedisNamespace
-) -> None:
-    client = Kind("viewer", perms=("view_task",)).client()
-    seeded = seed(paused=False)
-
-    deleted = client.delete(f"{BASE}/{seeded.api_task}")
-    paused = client.post(f"{BASE}/queues/default/pause")
-    stranger = Kind("outsider", staff=False, perms=EVERY_PERMISSION).client()
-    read = stranger.get(BASE)
-
-    assert "django_jobs.delete_task" in deleted.json()["detail"]
-    assert "django_jobs.change_task" in paused.json()["detail"]
-    assert "staff" in read.json()["detail"]
