@@ -213,7 +213,16 @@ def test_worker_paths__wrong_typed_wake_key_still_hand_back(
             q("pending"), "zset", lambda b: b.requeue(held("a"), crash=False), id="requeue"
         ),
         pytest.param(q("pending"), "string", lambda b: b.recover("default"), id="recover"),
-        pytest.param(q("lease"), "hash", lambda b: b.extend_leases("default", [("a", "1")])),
+        pytest.param(
+            q("lease"), "hash", lambda b: b.extend_leases("default", [("a", "1")]), id="extend"
+        ),
+        pytest.param(q("scheduled"), "string", lambda b: b.forward("default"), id="forward"),
+        pytest.param(q("completed"), "list", lambda b: b.janitor("default"), id="janitor"),
+        pytest.param("workers", "string", lambda b: b.beat("w1", {"pid": 1}, 10), id="beat"),
+        pytest.param(q("dead"), "hash", lambda b: b.run_now("default", "a", "dead"), id="run_now"),
+        pytest.param(
+            q("retry"), "list", lambda b: b.delete("default", "a", "retry", None), id="delete"
+        ),
     ],
 )
 def test_worker_paths__wrong_typed_state_key_changes_nothing_and_names_it(
