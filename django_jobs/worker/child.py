@@ -54,11 +54,18 @@ PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def die_with_parent(parent: int) -> bool:
-    """Have the kernel SIGKILL this process when its parent dies (Linux); return whether the
-    parent is still `parent` (it may have died before the request was made)."""
+def set_parent_death_signal(signum: int) -> None:
+    """Have the kernel send signum to this process when the thread that forked it exits, which
+    is when its parent dies: the supervisor forks on its main thread (Linux; elsewhere, a
+    no-op)."""
     if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _LIBC.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def die_with_parent(parent: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent dies; return whether the parent is
+    still `parent` (it may have died before the kernel was told)."""
+    set_parent_death_signal(signal.SIGKILL)
     return os.getppid() == parent
 
 

@@ -8,11 +8,11 @@ import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import autoreload
 
 from django_jobs.broker.redis import RedisBroker, connect
 from django_jobs.conf import JobsSettings, get_settings
 from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.worker import reloader
 from django_jobs.worker.banner import banner, redis_warnings
 from django_jobs.worker.child import WAIT
 from django_jobs.worker.supervisor import Supervisor
@@ -52,10 +52,9 @@ class Command(BaseCommand):
             settings = dataclasses.replace(
                 settings, max_tasks_per_child=options["max_tasks_per_child"]
             )
-        if options["autoreload"]:
-            autoreload.run_with_reloader(self.run, settings, queues, concurrency, options)
-        else:
-            self.run(settings, queues, concurrency, options)
+        if options["autoreload"] and not reloader.is_watched_process():
+            sys.exit(reloader.run_with_restarts())  # runs this command again, watched
+        self.run(settings, queues, concurrency, options)
 
     def run(
         self, settings: JobsSettings, queues: list[str], concurrency: int, options: Any
@@ -79,6 +78,8 @@ class Command(BaseCommand):
             burst=options["burst"],
             shutdown_timeout=options["shutdown_timeout"],
         )
+        if options["autoreload"]:
+            sys.exit(reloader.run_watched(supervisor))
         sys.exit(supervisor.run())
 
 
