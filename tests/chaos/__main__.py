@@ -51,7 +51,8 @@ def main(argv: list[str]) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="chaos-"))
     setup_django(tmp, args.redis_url)
 
-    from tests.chaos.harness import ChaosError, Run
+    from tests.chaos.harness import Run
+    from tests.chaos.processes import ChaosError
     from tests.chaos.profiles import PROFILES
     from tests.chaos.report import Result, table
     from tests.chaos.scenarios import SCENARIOS

@@ -1,13 +1,22 @@
 """The checker: what the jobs logged against what enqueue accepted and the faults injected.
 
-The Chaos job writes `<event> <job id> <n> <attempt> <pid> <time>` lines, "start" before its
-work and "done" after it, to `<log dir>/<pid>.log`. A job id with no "done" line was lost; one
-with two or more ran to completion more than once, which only a fault may explain.
+The Chaos job writes `<event> <job id> <n> <attempt> <pid> <time> <worker>` lines, "start"
+before its work and "done" after it ("abort" or "crash" when a run is cut short), to
+`<log dir>/<pid>.log`. A job id with no "done" line was lost; one with two or more ran to
+completion more than once, which only a fault may explain.
+
+No concurrent double run: two runs of one task that overlap in time are a failure on one
+worker, always (its supervisor must never run a task in two of its slots), and on two workers
+unless a fault the battery injected took the earlier run's lease away (it froze or killed that
+run's worker, or froze Redis) while the later one started, and the two ran together no longer
+than the fault's `overlap` after it was lifted: the time the stale worker needs to learn that
+the task is no longer its own (a heartbeat) and interrupt the run (the timeout grace).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -25,6 +34,8 @@ class Execution:
     attempt: int
     pid: int
     time: float
+    #: The worker the process belongs to ($CHAOS_WORKER of `runworker`), "-" if unknown.
+    worker: str = "-"
 
 
 class Log:
@@ -54,9 +65,10 @@ class Log:
         return self
 
     def _add(self, line: str) -> None:
-        event, job_id, n, attempt, pid, at = line.split()
-        execution = Execution(event, job_id, int(n), int(attempt), int(pid), float(at))
-        (self.starts if event == "start" else self.dones)[job_id].append(execution)
+        event, job_id, n, attempt, pid, at, *worker = line.split()
+        execution = Execution(event, job_id, int(n), int(attempt), int(pid), float(at), *worker[:1])
+        if event in ("start", "done"):
+            (self.starts if event == "start" else self.dones)[job_id].append(execution)
         self.by_pid[execution.pid].append(execution)
         self.lines += 1
 
@@ -137,11 +149,98 @@ class Fault:
     pids: frozenset[int]
     #: The most duplicates it can cause (the tasks it could catch between "done" and ack).
     cap: int
+    #: When it was lifted (Redis or a worker thawed), if later than `start`.
+    lifted: float | None = None
+    #: Seconds two runs of one task on two workers may overlap after it was lifted (0: none).
+    overlap: float = 0.0
 
     def blames(self, execution: Execution) -> bool:
         if self.pids:
             return execution.pid in self.pids and execution.time <= self.end
         return self.start <= execution.time <= self.end
+
+    def excuses(self, earlier: Execution, later: float, until: float) -> bool:
+        """Whether it explains runs on two workers at once: it hit the earlier run's process
+        (or Redis), the later run started (at `later`) while it lasted, and the two ran together
+        (until `until`) no longer than `overlap` past its lift."""
+        if self.pids and earlier.pid not in self.pids:
+            return False
+        lifted = self.start if self.lifted is None else self.lifted
+        return self.start <= later <= self.end and until - max(later, lifted) <= self.overlap
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """One run of a task, from its "start" line to its end as far as the log tells."""
+
+    start: Execution
+    #: When it ended: its own "done", "abort" or "crash" line; the process's next line (a child
+    #: runs one task at a time); the end of a fault that hit its process; else never (inf).
+    end: float
+    #: Which of those: the event, "next", "hit by <fault kind>" or "never ended".
+    how: str
+
+
+def spans(log: Log, faults: Iterable[Fault]) -> dict[str, list[Span]]:
+    """Every run of every task in the log, by job id."""
+    faults = list(faults)
+    runs: dict[str, list[Span]] = defaultdict(list)
+    for pid, lines in log.by_pid.items():
+        for index, line in enumerate(lines):
+            if line.event != "start":
+                continue
+            if index + 1 < len(lines):
+                after = lines[index + 1]
+                own = after.job_id == line.job_id and after.event != "start"
+                span = Span(line, after.time, after.event if own else "next")
+            else:
+                hits = [f for f in faults if pid in f.pids and f.end >= line.time]
+                first = min(hits, key=lambda f: f.end, default=None)
+                span = (
+                    Span(line, first.end, f"hit by {first.kind}")
+                    if first is not None
+                    else Span(line, math.inf, "never ended")
+                )
+            runs[line.job_id].append(span)
+    return runs
+
+
+def _describe(a: Span, b: Span, until: float) -> str:
+    where = f"both on {a.start.worker}" if a.start.worker == b.start.worker else "on two workers"
+    both = until - b.start.time
+    length = (
+        "with no end in the log"
+        if math.isinf(until)
+        else f"for {both * 1000:.1f}ms"
+        if both < 1
+        else f"for {both:.2f}s"
+    )
+    return (
+        f"{a.start.job_id} ran twice at once {where} (pids {a.start.pid}, {b.start.pid}) "
+        f"{length}; the first run ended by {a.how}"
+    )
+
+
+def concurrent(log: Log, faults: Iterable[Fault]) -> tuple[list[str], list[str]]:
+    """Two runs of one task at once: (those no fault excuses, those a fault excuses)."""
+    faults = list(faults)
+    failures: list[str] = []
+    excused: list[str] = []
+    for runs in spans(log, faults).values():
+        runs.sort(key=lambda span: span.start.time)
+        for i, a in enumerate(runs):
+            for b in runs[i + 1 :]:
+                if b.start.time >= a.end:
+                    continue
+                until = min(a.end, b.end)
+                text = _describe(a, b, until)
+                if a.start.worker != b.start.worker and any(
+                    f.excuses(a.start, b.start.time, until) for f in faults
+                ):
+                    excused.append(text)
+                else:
+                    failures.append(text)
+    return failures, excused
 
 
 @dataclass
@@ -160,6 +259,9 @@ class Verdict:
     cap: int
     #: Poison tasks that ran to completion.
     revived: list[str]
+    #: Two runs of one task at once that no fault excuses, and those a fault excuses.
+    concurrent: list[str] = field(default_factory=list)
+    excused: list[str] = field(default_factory=list)
 
     @property
     def problems(self) -> list[str]:
@@ -177,6 +279,11 @@ class Verdict:
             found.append(f"{len(self.duplicated)} duplicates, more than the faults' {self.cap}")
         if self.revived:
             found.append(f"{len(self.revived)} poison tasks completed: {self.revived[:3]}")
+        if self.concurrent:
+            found.append(
+                f"{len(self.concurrent)} concurrent double run(s): "
+                + "; ".join(self.concurrent[:3])
+            )
         return found
 
 
@@ -227,6 +334,7 @@ def check(
         for i, runs in duplicated.items()
         if not any(f.blames(run) for run in runs for f in faults)
     )
+    overlapping, excused = concurrent(log, faults)
     return Verdict(
         lost=lost,
         budget=budget,
@@ -236,4 +344,6 @@ def check(
         untraced=untraced,
         cap=sum(f.cap for f in faults),
         revived=sorted(ledger.expect_dead & done),
+        concurrent=overlapping,
+        excused=excused,
     )

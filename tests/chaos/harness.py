@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,16 +21,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 
 import redis
 from django.test.utils import override_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_jobs.exceptions import BrokerUnavailable
 from testproject.probes.jobs import Chaos, ChaosWork
 from tests.chaos.checker import Fault, Ledger, Log
+from tests.chaos.processes import ChaosError, RedisServer, marked, read_rss_kib, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,31 +41,11 @@ FAST: dict[str, Any] = {
     "RECOVERER_INTERVAL": 1,
     "TIMEOUT_GRACE": 1,
 }
+#: How long a run may go on once another worker has taken its task over (a lost lease): a
+#: heartbeat to learn it, the grace to interrupt it, and a second of slack. Two runs of one task
+#: on two workers overlapping longer than this after a fault was lifted are a failure.
+STALE_RUN = FAST["HEARTBEAT_INTERVAL"] + FAST["TIMEOUT_GRACE"] + 1
 QUEUES = ("critical", "default", "low")
-
-T = TypeVar("T")
-
-
-class ChaosError(Exception):
-    """An expectation of a scenario did not hold (the message says which)."""
-
-
-def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
-    """Poll predicate until it returns something truthy; raise ChaosError at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = predicate()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise ChaosError(f"{what}: not within {timeout:g}s")
-        time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def admin_client(url: str) -> redis.Redis:
@@ -79,77 +57,6 @@ def admin_client(url: str) -> redis.Redis:
         socket_timeout=5,
         retry=Retry(NoBackoff(), 2),
     )
-
-
-class RedisServer:
-    """A redis-server the battery started on a free port: the only kind it stops or freezes."""
-
-    def __init__(self, directory: Path, *, appendonly: bool = False) -> None:
-        executable = shutil.which("redis-server")
-        if executable is None:
-            raise ChaosError("redis-server is not installed (apt-get install redis-server)")
-        self.executable = executable
-        self.directory = directory
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.appendonly = appendonly
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        args = [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
-        args += ["--appendonly", "yes" if self.appendonly else "no"]
-        args += ["--dir", str(self.directory)]
-        log = (self.directory / "redis.log").open("ab")
-        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
-
-        def answers() -> bool:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise ChaosError(f"redis-server exited with {self.process.returncode}")
-            try:
-                return bool(client.ping())
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                return False
-
-        wait_until(answers, 20, f"redis-server on port {self.port} answering")
-        client.close()
-        return self
-
-    def stop(self) -> None:
-        """Stop it cleanly (SIGCONT first, in case it is frozen): with AOF on, nothing is lost."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGCONT)
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        self.process = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def freeze(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-
-
-def read_rss_kib(pid: int) -> int:
-    """VmRSS of a process in KiB (0 if it is gone)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return 0
 
 
 class Worker:
@@ -174,7 +81,7 @@ class Worker:
             self.process = subprocess.Popen(
                 args,
                 cwd=ROOT,
-                env=self.stage.worker_env(),
+                env=self.stage.worker_env(self.name),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, to freeze or kill as a whole
@@ -200,6 +107,10 @@ class Worker:
     def pids(self) -> set[int]:
         return {self.pid, *self.children()}
 
+    def processes(self) -> set[int]:
+        """Every live process of this worker, whoever its parent is now (by its environment)."""
+        return marked(CHAOS_WORKER=self.name, CHAOS_LOG_DIR=str(self.stage.log_dir))
+
     def registered(self) -> bool:
         """Whether its heartbeat is in the registry and all its children are up."""
         if not self.alive:
@@ -223,6 +134,16 @@ class Worker:
         self.process.wait(timeout=30)
         return pids
 
+    def kill9_supervisor(self) -> tuple[set[int], float, float]:
+        """kill -9 the supervisor alone, as an OOM killer or a container runtime would; return
+        the worker's processes just before, the time of the kill and the time it was dead."""
+        pids = self.processes() | self.pids()
+        at = time.time()
+        os.kill(self.pid, signal.SIGKILL)
+        assert self.process is not None
+        self.process.wait(timeout=30)
+        return pids, at, time.time()
+
     def exit_code(self, timeout: float) -> int:
         assert self.process is not None
         process = self.process
@@ -239,7 +160,8 @@ class Worker:
         return "\n".join(self.output().splitlines()[-lines:])
 
     def stop_quietly(self) -> None:
-        """Kill it (group and all) if it still runs: the end of a stage."""
+        """Kill it (group and all) if it still runs, and any child that outlived it: the end
+        of a stage."""
         if self.alive:
             try:
                 self.signal_group(signal.SIGCONT)
@@ -248,6 +170,18 @@ class Worker:
                 pass
             assert self.process is not None
             self.process.wait(timeout=30)
+        self.kill_leftovers()
+
+    def kill_leftovers(self) -> set[int]:
+        """kill -9 each process of this worker still alive (by pid); return their pids."""
+        left = self.processes() if self.process is not None else set()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGCONT)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return left
 
 
 @dataclass
@@ -294,7 +228,8 @@ class Stage:
 
     # -- processes --------------------------------------------------------------------------
 
-    def worker_env(self) -> dict[str, str]:
+    def worker_env(self, name: str) -> dict[str, str]:
+        """The environment of worker `name`: CHAOS_WORKER marks its processes and log lines."""
         env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "JOBS_EXTRA")}
         env.update(
             DJANGO_SETTINGS_MODULE="testproject.settings",
@@ -304,6 +239,7 @@ class Stage:
             JOBS_LOG_LEVEL="INFO",
             DATABASE_URL=f"sqlite:///{self.dir / 'worker.sqlite3'}",
             CHAOS_LOG_DIR=str(self.log_dir),
+            CHAOS_WORKER=name,
             PYTHONUNBUFFERED="1",
         )
         return env
@@ -331,15 +267,16 @@ class Stage:
     ) -> list[str]:
         """Enqueue count Chaos jobs in one batch; record them as accepted (or uncertain).
 
-        Raises BrokerUnavailable after recording every number of the batch as uncertain: the
-        enqueue may still have been applied.
+        Raises what enqueue raised (BrokerUnavailable, or worse) after recording every number of
+        the batch as uncertain: the enqueue may still have been applied.
         """
         make = make or (lambda n: ChaosWork(n))
         works = [make(self.ledger.next_n()) for _ in range(count)]
         sent = time.time()
         try:
             handles = Chaos.enqueue_many(works, **options)
-        except BrokerUnavailable:
+        except BaseException:
+            # Whatever it raised, it may have been applied: never "unexpected" if it runs
             self.ledger.uncertain.update(w.n for w in works)
             raise
         now = time.time()
@@ -348,9 +285,18 @@ class Stage:
         return [handle.id for handle in handles]
 
     def fault(
-        self, kind: str, start: float, end: float, pids: Iterable[int] = (), cap: int = 0
+        self,
+        kind: str,
+        start: float,
+        end: float,
+        pids: Iterable[int] = (),
+        cap: int = 0,
+        *,
+        lifted: float | None = None,
+        overlap: float = 0.0,
     ) -> Fault:
-        fault = Fault(kind, start, end, frozenset(pids), cap)
+        """Record a fault the battery injected (see checker.Fault for what each field excuses)."""
+        fault = Fault(kind, start, end, frozenset(pids), cap, lifted, overlap)
         self.faults.append(fault)
         return fault
 

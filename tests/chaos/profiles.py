@@ -26,6 +26,12 @@ class Profile:
     #: Scenario 8: soak length in seconds and enqueue rate in jobs per second.
     soak_seconds: float
     soak_rate: float
+    #: Scenario 9: kill -9s of a busy worker's supervisor alone.
+    supervisor_kills: int
+    #: Scenario 10: times Redis is paused for longer than the lease under running tasks.
+    outages: int
+    #: Scenario 11: windows of maxmemory with noeviction under enqueues and a worker.
+    oom_windows: int
 
 
 PROFILES = {
@@ -42,6 +48,9 @@ PROFILES = {
         poison=2,
         soak_seconds=30,
         soak_rate=50,
+        supervisor_kills=3,
+        outages=1,
+        oom_windows=1,
     ),
     "long": Profile(
         name="long",
@@ -56,5 +65,8 @@ PROFILES = {
         poison=5,
         soak_seconds=600,
         soak_rate=50,
+        supervisor_kills=10,
+        outages=3,
+        oom_windows=4,
     ),
 }

@@ -24,6 +24,9 @@ class Result:
     #: Dead by the crash budget, every run of them cut short by an injected fault.
     budget: int = 0
     duplicated: int = 0
+    #: Two runs of one task at once: none a fault excuses (each is a problem), then excused.
+    concurrent: int = 0
+    excused: int = 0
     recovery: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -48,6 +51,8 @@ class Result:
         self.lost += len(verdict.lost) + len(verdict.not_completed)
         self.budget += len(verdict.budget)
         self.duplicated += len(verdict.duplicated)
+        self.concurrent += len(verdict.concurrent)
+        self.excused += len(verdict.excused)
         self.problems += verdict.problems
 
 
@@ -72,7 +77,22 @@ def _lost(r: Result) -> str:
     return f"{r.lost} ({', '.join(extra)})" if extra else str(r.lost)
 
 
-COLUMNS = ("scenario", "jobs", "faults", "lost", "dup", "recovery p50", "recovery max", "result")
+def _concurrent(r: Result) -> str:
+    """Concurrent double runs, then those a fault excused."""
+    return f"{r.concurrent} (+{r.excused} excused)" if r.excused else str(r.concurrent)
+
+
+COLUMNS = (
+    "scenario",
+    "jobs",
+    "faults",
+    "lost",
+    "dup",
+    "concurrent",
+    "recovery p50",
+    "recovery max",
+    "result",
+)
 
 
 def table(results: Sequence[Result]) -> str:
@@ -84,6 +104,7 @@ def table(results: Sequence[Result]) -> str:
             str(r.faults),
             _lost(r),
             str(r.duplicated),
+            _concurrent(r),
             _seconds(r.recovery, "p50"),
             _seconds(r.recovery, "max"),
             f"{'pass' if r.passed else 'FAIL'} ({r.seconds:.0f}s)",

@@ -1,4 +1,5 @@
-"""The scenarios, in the order of issue 7: each fills in a Result; raising fails it."""
+"""The scenarios, 1-8 in the order of issue 7, 9-11 from issue 12: each fills in a Result;
+raising fails it."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from tests.chaos.scenarios import (
     frozen_worker,
     gil,
     kills,
+    oom,
+    outage,
     poison,
     redis_faults,
     sigterm,
     soak,
+    supervisor_kill,
 )
 
 Scenario = Callable[[Run, Profile, Result], None]
@@ -32,4 +36,7 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("6", "6 poison tasks", poison.run),
     ("7", "7 bad input", bad_input.run),
     ("8", "8 soak", soak.run),
+    ("9", "9 kill -9 of the supervisor", supervisor_kill.run),
+    ("10", "10 Redis paused past the lease", outage.run),
+    ("11", "11 maxmemory, noeviction", oom.run),
 ]

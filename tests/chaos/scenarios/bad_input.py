@@ -17,7 +17,8 @@ from typing import Any
 
 from django_jobs.exceptions import PayloadTooLarge
 from testproject.probes.jobs import Chaos, ChaosWork
-from tests.chaos.harness import Run, Stage, wait_until
+from tests.chaos.harness import Run, Stage
+from tests.chaos.processes import wait_until
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios.common import conclude

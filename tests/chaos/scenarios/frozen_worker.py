@@ -13,7 +13,8 @@ import signal
 import time
 
 from testproject.probes.jobs import ChaosWork
-from tests.chaos.harness import FAST, Run, Stage, Worker, wait_until
+from tests.chaos.harness import FAST, STALE_RUN, Run, Stage, Worker
+from tests.chaos.processes import wait_until
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios.common import conclude
@@ -66,7 +67,15 @@ def freeze_once(stage: Stage, workers: list[Worker], result: Result) -> None:
     finally:
         victim.signal_group(signal.SIGCONT)
     end = time.time()
-    stage.fault("SIGSTOP worker", at, end + WORK + 5, pids, cap=victim.concurrency)
+    stage.fault(
+        "SIGSTOP worker",
+        at,
+        end + WORK + 5,
+        pids,
+        cap=victim.concurrency,
+        lifted=end,
+        overlap=STALE_RUN,
+    )
 
     # Then the thawed child finishes its run, and its late outcome changes nothing
     wait_until(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from testproject.probes.jobs import ChaosWork
-from tests.chaos.harness import FAST, ChaosError, Run, Stage, wait_until
+from tests.chaos.harness import FAST, Run, Stage
+from tests.chaos.processes import ChaosError, wait_until
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios.common import conclude

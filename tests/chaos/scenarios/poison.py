@@ -12,7 +12,8 @@ import statistics
 import time
 
 from testproject.probes.jobs import ChaosWork
-from tests.chaos.harness import Run, Stage, wait_until
+from tests.chaos.harness import Run, Stage
+from tests.chaos.processes import wait_until
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios.common import Feeder, conclude, spread

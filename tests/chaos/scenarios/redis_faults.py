@@ -18,10 +18,11 @@ import time
 
 from django_jobs.exceptions import BrokerUnavailable
 from testproject.probes.jobs import ChaosWork
-from tests.chaos.harness import FAST, RedisServer, Run, Stage, wait_until
+from tests.chaos.harness import FAST, STALE_RUN, Run, Stage
+from tests.chaos.processes import RedisServer, wait_until
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
-from tests.chaos.scenarios.common import Feeder, conclude, spread
+from tests.chaos.scenarios.common import Feeder, conclude, probe, spread
 
 CONCURRENCY = 2
 WORKERS = 2
@@ -44,20 +45,6 @@ def _feeder(stage: Stage) -> Feeder:
         return ChaosWork(n, seconds=round(stage.rng.uniform(0.02, 0.1), 3))
 
     return Feeder(stage, RATE, work)
-
-
-def probe(stage: Stage, since: float, timeout: float = 40) -> float:
-    """Enqueue a job as soon as Redis takes one, wait until it has run: seconds since `since`."""
-
-    def enqueue() -> list[str]:
-        try:
-            return stage.enqueue(1)
-        except BrokerUnavailable:
-            return []
-
-    (job_id,) = wait_until(enqueue, timeout, "an enqueue accepted after the fault", 0.1)
-    runs = wait_until(lambda: stage.log.read().finished(job_id), timeout, "the probe job done")
-    return runs[0].time - since
 
 
 def enqueue_frozen(stage: Stage, result: Result) -> list[float]:
@@ -141,7 +128,14 @@ def _connections_and_freeze(
                 finally:
                     server.thaw()
                 end = time.time()
-                stage.fault("SIGSTOP Redis", at - 1, end + AFTERMATH, cap=slots)
+                stage.fault(
+                    "SIGSTOP Redis",
+                    at - 1,
+                    end + AFTERMATH,
+                    cap=slots,
+                    lifted=end,
+                    overlap=STALE_RUN,
+                )
                 result.recovery.append(probe(stage, end))
         _settle(stage, result, pids)
     worst = max(freezes, default=0.0)
