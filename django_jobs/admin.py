@@ -40,7 +40,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from django_jobs.conf import get_settings
-from django_jobs.exceptions import BrokerUnavailable, JobsDisabled
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, JobsDisabled
 from django_jobs.inspector import RUNNABLE, Inspector, TaskInfo, get_inspector
 from django_jobs.jobs import registry
 from django_jobs.keys import State
@@ -52,6 +52,17 @@ else:
     ModelAdmin = admin.ModelAdmin
 
 DISABLED = "jobs are disabled (REDIS_URL is not set)"
+
+
+def outage(exc: BrokerUnavailable) -> str:
+    """What a page says when Redis did not answer, or answered with a refusal."""
+    return (
+        f"Redis refused: {exc}"
+        if isinstance(exc, BrokerRefused)
+        else f"Redis is unreachable: {exc}"
+    )
+
+
 #: Tasks on one page of the tasks list.
 PER_PAGE = 100
 #: Tasks read per round trip, and at most per request, when a job filter or a search scans.
@@ -166,7 +177,7 @@ class JobsAdmin(ModelAdmin):
         except JobsDisabled:
             context["problem"] = DISABLED
         except BrokerUnavailable as exc:
-            context["problem"] = f"Redis is unreachable: {exc}"
+            context["problem"] = outage(exc)
             status = 503
         return TemplateResponse(request, f"admin/django_jobs/{template}", context, status=status)
 
@@ -187,7 +198,7 @@ class JobsAdmin(ModelAdmin):
         except JobsDisabled:
             level, text = messages.ERROR, DISABLED
         except BrokerUnavailable as exc:
-            level, text = messages.ERROR, f"Redis is unreachable: {exc}"
+            level, text = messages.ERROR, outage(exc)
         except ValueError as exc:  # a running task cannot be deleted
             level, text = messages.ERROR, str(exc)
         self.message_user(request, text, level)

@@ -1,9 +1,32 @@
-"""App configuration: registers the system checks and discovers `jobs.py` modules."""
+"""App configuration: registers the system checks, discovers `jobs.py` modules, and keeps the
+Redis URL off Django's debug page."""
 
 from __future__ import annotations
 
+import re
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
+from django.views.debug import SafeExceptionReporterFilter
+
+#: Setting names (at any depth, such as JOBS["REDIS_URL"]) that Django's debug page must hide:
+#: a Redis URL may carry a password, and Django hides only names like API, KEY, PASS or TOKEN.
+SENSITIVE = "REDIS_URL"
+
+
+def hide_redis_urls() -> None:
+    """Add REDIS_URL to the setting names Django's default exception reporter filter hides.
+
+    Django's SafeExceptionReporterFilter hides settings whose name matches its `hidden_settings`
+    pattern, and JOBS["REDIS_URL"] matches none of its words. Extending the class's pattern
+    covers the default filter and every project filter that subclasses it without a pattern of
+    its own; a project filter that sets its own pattern keeps it (its choice). Idempotent.
+    """
+    pattern = SafeExceptionReporterFilter.hidden_settings
+    if not pattern.search(SENSITIVE):
+        SafeExceptionReporterFilter.hidden_settings = re.compile(
+            f"{pattern.pattern}|{SENSITIVE}", pattern.flags
+        )
 
 
 class DjangoJobsConfig(AppConfig):
@@ -14,7 +37,9 @@ class DjangoJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register checks and import every installed app's `jobs` module."""
-        from django_jobs import checks  # noqa: F401  (registers the checks)
+        """Register checks, hide Redis URLs from the debug page and import every installed
+        app's `jobs` module."""
+        from django_jobs import checks, mail  # noqa: F401  (registers checks and mail jobs)
 
+        hide_redis_urls()
         autodiscover_modules("jobs")

@@ -11,9 +11,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.views.decorators.debug import sensitive_variables
 
+from django_jobs.broker.connection import connect
 from django_jobs.broker.protocol import EnqueueRequest
-from django_jobs.broker.redis import RedisBroker, connect
+from django_jobs.broker.redis import RedisBroker
 from django_jobs.conf import JobsSettings, get_settings, to_seconds
 from django_jobs.exceptions import DuplicateJob, JobsDisabled, PayloadTooLarge, UnknownQueue
 from django_jobs.message import Message, encode, payload_to_json
@@ -29,13 +31,19 @@ BATCH_SIZE = 500
 _broker: tuple[JobsSettings, RedisBroker] | None = None
 
 
+@sensitive_variables("settings")  # its redis_url may hold a password (Django's debug page)
 def get_broker() -> RedisBroker:
     """Return the broker for the current settings (one client per process and settings)."""
     global _broker
     settings = get_settings()
     if _broker is None or _broker[0] is not settings:
         if not settings.enabled:
-            raise JobsDisabled()
+            raise JobsDisabled(
+                f'Jobs are disabled: JOBS["REDIS_URL"] is not set, so there is no Redis to talk '
+                f'to (JOBS["WHEN_DISABLED"] is {settings.when_disabled!r}, which decides only '
+                f"what enqueue does). Set REDIS_URL (for example redis://127.0.0.1:6379/0) to "
+                f"enable jobs."
+            )
         assert settings.redis_url is not None
         client = connect(settings.redis_url, settings.enqueue_timeout)
         _broker = (settings, RedisBroker(client, settings))
@@ -59,9 +67,10 @@ class JobHandle:
     def refresh(self) -> str | None:
         """Read the task's current state from Redis (None once it is gone)."""
         broker = get_broker()
-        state = typing.cast(
-            "str | None", broker.client.hget(broker.keys(self.queue).task(self.id), "state")
-        )
+        with broker.unavailable(writes=False):
+            state = typing.cast(
+                "str | None", broker.client.hget(broker.keys(self.queue).task(self.id), "state")
+            )
         if state is not None:
             self.state = state
         return state

@@ -235,7 +235,7 @@ class Inspector:
                 pipe.execute_command("HGET", k.task(task_id), field, **{NEVER_DECODE: True})
             else:
                 pipe.execute_command("HGETALL", k.task(task_id), **{NEVER_DECODE: True})
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             replies: list[Any] = pipe.execute()
         return replies
 
@@ -267,7 +267,7 @@ class Inspector:
             pipe.exists(k.paused)
             pipe.get(k.processed(day))
             pipe.get(k.failed(day))
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             replies = pipe.execute()
         infos = []
         for i, name in enumerate(names):
@@ -319,7 +319,7 @@ class Inspector:
         else:
             pipe.zcard(key)
             pipe.zrange(key, start, stop, desc=newest_first)
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             total, ids = pipe.execute()
         if state in LISTS and not newest_first:
             ids.reverse()
@@ -353,14 +353,14 @@ class Inspector:
         name of every running task.
         """
         namespace = self.broker.settings.namespace
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             ids = sorted(
                 typing.cast("list[str]", self.client.zrange(keys.workers(namespace), 0, -1))
             )
         pipe = self.client.pipeline(transaction=False)
         for worker_id in ids:
             pipe.hgetall(keys.worker(namespace, worker_id))
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             hashes: list[dict[str, str]] = pipe.execute()
         # A worker that stopped beating keeps its registry entry until the next beat of any
         # worker drops it, but its hash has expired: it is not listed.
@@ -371,7 +371,7 @@ class Inspector:
         for queue, task_id in refs:
             key = self.broker.keys(queue).task(task_id)
             tasks.execute_command("HGET", key, "msg", **{NEVER_DECODE: True})
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             messages: list[bytes | None] = tasks.execute() if refs else []
         jobs = {ref: _job_name(raw) for ref, raw in zip(refs, messages, strict=True)}
         return [
@@ -396,7 +396,7 @@ class Inspector:
         A dead task starts again with a fresh budget of attempts and crashes.
         """
         k = self._keys(queue)
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             state = self.client.hget(k.task(task_id), "state")
         return state in RUNNABLE and self.broker.run_now(queue, task_id, state)
 
@@ -430,10 +430,10 @@ class Inspector:
         k = self._keys(queue)
         retried = 0
         # Visit only the tasks dead at the start: tasks dying meanwhile cannot keep this going.
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             left: int = self.client.zcard(k.dead)
         while left > 0:
-            with self.broker.unavailable():
+            with self.broker.unavailable(writes=False):
                 ids = typing.cast(
                     "list[str]", self.client.zrange(k.dead, 0, min(left, BATCH_SIZE) - 1)
                 )
@@ -451,10 +451,10 @@ class Inspector:
         """
         k = self._keys(queue)
         deleted = kept = 0
-        with self.broker.unavailable():
+        with self.broker.unavailable(writes=False):
             left: int = self.client.zcard(k.dead)
         while left > 0:
-            with self.broker.unavailable():
+            with self.broker.unavailable(writes=False):
                 ids = typing.cast(
                     "list[str]", self.client.zrange(k.dead, kept, kept + min(left, BATCH_SIZE) - 1)
                 )

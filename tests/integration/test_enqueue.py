@@ -18,6 +18,7 @@ from django_jobs import (
     PayloadTooLarge,
     UnknownQueue,
 )
+from django_jobs.client import get_broker
 from django_jobs.message import decode
 from django_jobs.testing import run_burst
 from tests.conftest import RedisNamespace, RedisServer, free_port
@@ -264,3 +265,19 @@ def test_enqueue__disabled_skip_and_raise(settings: Any) -> None:
     settings.JOBS = {"REDIS_URL": None, "WHEN_DISABLED": "raise"}
     with pytest.raises(JobsDisabled, match="REDIS_URL"):
         SendMail.enqueue(Mail("refused"))
+
+
+@pytest.mark.parametrize("when_disabled", ["inline", "skip", "raise"])
+def test_get_broker__disabled_error_names_the_real_when_disabled(
+    settings: Any, when_disabled: str
+) -> None:
+    # The admin, the API and JobHandle.refresh reach get_broker() whatever WHEN_DISABLED is.
+    settings.JOBS = {"REDIS_URL": None, "WHEN_DISABLED": when_disabled}
+
+    with pytest.raises(JobsDisabled) as caught:
+        get_broker()
+
+    assert f'JOBS["WHEN_DISABLED"] is {when_disabled!r}' in str(caught.value)
+    assert "REDIS_URL" in str(caught.value)
+    if when_disabled != "raise":
+        assert '"raise"' not in str(caught.value)
