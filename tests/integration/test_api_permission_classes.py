@@ -20,8 +20,7 @@ from rest_framework.views import APIView
 from django_jobs.api.views import JobsAPIView
 from tests.conftest import RedisNamespace
 from tests.integration.test_api import BASE, EVERY_PERMISSION
-from tests.integration.test_api_permissions import KIND, Kind, seed
-from tests.redis_state import snapshot
+from tests.integration.test_api_permissions import KIND, Kind, contents, seed
 
 
 class OnCall(BasePermission):
@@ -59,7 +58,7 @@ def test_permission_classes__a_lenient_setting_keeps_the_model_permissions(
     settings.JOBS_API_PERMISSION_CLASSES = setting
     client = kind.client()
     seeded = seed(paused=False)
-    before = snapshot(redis_ns)
+    before = contents(redis_ns)
 
     read = client.get(f"{BASE}/{seeded.api_task}")
     changes = [
@@ -70,7 +69,7 @@ def test_permission_classes__a_lenient_setting_keeps_the_model_permissions(
 
     assert read.status_code == (200 if kind.name == "staff with view_task" else 403)
     assert changes == [403, 403, 403]
-    assert snapshot(redis_ns) == before
+    assert contents(redis_ns) == before
 
 
 def test_permission_classes__the_setting_adds_requirements_and_lifts_none(
@@ -82,7 +81,7 @@ def test_permission_classes__the_setting_adds_requirements_and_lifts_none(
     clerk = KIND["staff with none"].client(groups=("on-call",))
     operator = KIND["staff with change_task"].client(groups=("on-call",))
     seeded = seed(paused=False)
-    before = snapshot(redis_ns)
+    before = contents(redis_ns)
 
     refused = [
         root.get(f"{BASE}/{seeded.api_task}"),
@@ -91,7 +90,7 @@ def test_permission_classes__the_setting_adds_requirements_and_lifts_none(
         clerk.post(f"{BASE}/queues/default/pause"),
         operator.delete(f"{BASE}/{seeded.api_task}"),
     ]
-    unchanged = snapshot(redis_ns) == before
+    unchanged = contents(redis_ns) == before
     paused = operator.post(f"{BASE}/queues/default/pause")
 
     assert [response.status_code for response in refused] == [403] * 5
