@@ -16,8 +16,8 @@
 | django_jobs.E012    | a job class default (queue, attempts, timeout...) is invalid   |
 | django_jobs.E013    | EMAIL_BACKEND is not a dotted path, or is the queued backend   |
 | django_jobs.E014    | EMAIL_QUEUE is not one of QUEUES                               |
-| django_jobs.E015    | a queued mailer (MAILERS) names itself, a queued mailer or no  |
-|                     | existing alias as its "mailer"                                 |
+| django_jobs.E015    | queued mail has no real backend: a queued mailer names itself, |
+|                     | a queued mailer or a missing alias (in django_jobs/mail/checks) |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 """
 

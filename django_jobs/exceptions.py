@@ -114,3 +114,17 @@ class LeaseLost(JobsError):
     Raised inside the handler, as `JobTimeout` is. Nothing is written for the run: the task is
     the other worker's now. A handler that catches it should return at once.
     """
+
+
+class NotRetryable(JobsError):
+    """The job's run failed in a way no later attempt can fix (a template that does not exist, a
+    payload the code can never accept): the task should go dead at once, with this error."""
+
+
+class MailNotConfigured(JobsError, ImproperlyConfigured):
+    """Queued mail has no backend to leave through.
+
+    With Django 6.1's MAILERS, give the queued mailer ``"OPTIONS": {"mailer": "<alias>"}`` naming
+    a mailer that really sends; before 6.1, set JOBS["EMAIL_BACKEND"] to the backend that really
+    sends (for example "django.core.mail.backends.smtp.EmailBackend").
+    """
