@@ -129,6 +129,11 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
             f"Redis at {url} denies this user a command django-jobs needs ({text}): allow it in "
             f"the user's ACL (EVALSHA, SCRIPT LOAD, TIME and the data commands on our keys)."
         )
+    if "Error compiling script" in text:
+        return BrokerRefused(
+            f"Redis at {url} cannot compile django-jobs' scripts ({text}): they need Redis 7.0 "
+            f"or later (they open with a '#!lua' shebang line). Upgrade Redis; {outcome}."
+        )
     if text.startswith("WRONGTYPE"):
         return BrokerRefused(
             f"Redis at {url} refused a command ({text}): a key under our namespace holds a type "
