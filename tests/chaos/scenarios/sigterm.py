@@ -47,8 +47,8 @@ def run(run: Run, profile: Profile, result: Result) -> None:
             code = victim.exit_code(timeout=SHUTDOWN_TIMEOUT + 30)
             result.recovery.append(time.time() - at)
             result.expect(code == 0, f"worker {victim.name} exited {code} on SIGTERM")
-            # Until it exited: a run cut short by the stop ended by then
-            stage.fault("SIGTERM", at, time.time(), pids, cap=0)
+            # A run still going at the shutdown deadline is killed then (and its task put back)
+            stage.fault("SIGTERM", at, at + SHUTDOWN_TIMEOUT, pids, cap=0)
             workers[slot] = stage.replace(victim)
         conclude(stage, result, drain=3 * profile.term_jobs * mean / (2 * CONCURRENCY) + 60)
 
