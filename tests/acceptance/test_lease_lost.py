@@ -116,3 +116,21 @@ def test_runworker__redis_paused_past_the_lease_never_two_runs_at_once(
     assert not overlapping(runs(log_dir)[handle.id]), (runs(log_dir), worker.output())
     assert len(runs(log_dir)[handle.id]) == 1, worker.output()
     wait_until(lambda: get_inspector().task("default", handle.id).state == "completed")
+
+
+def test_runworker__corrupt_workers_key_still_renews_leases(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given a registry key of the wrong type (a clumsy operator): every beat fails
+    redis_ns.client.set(f"{redis_ns.namespace}:workers", "not a sorted set")
+    # When a task runs for longer than the lease (3 s here)
+    handle = Sleep.enqueue(Work("long", seconds=5))
+    worker.start("--concurrency", "2")
+
+    # Then its lease is renewed all along: it runs once, is never recovered, and completes
+    wait_until(lambda: done(redis_ns) == ["long:1:0"], timeout=20, why=worker.output)
+    wait_until(lambda: get_inspector().task("default", handle.id).state != "active", timeout=5)
+    task = get_inspector().task("default", handle.id)
+    assert (task.state, task.crashes) == ("completed", 0), worker.output()
+    assert "its worker died (lease expired)" not in worker.output()
+    assert worker.output().count("heartbeat tick failed") == 1, worker.output()
