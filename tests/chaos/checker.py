@@ -217,8 +217,18 @@ def _describe(a: Span, b: Span, until: float) -> str:
     )
     return (
         f"{a.start.job_id} ran twice at once {where} (pids {a.start.pid}, {b.start.pid}) "
-        f"{length}; the first run ended by {a.how}"
+        f"{length}; the first run {_ended(a)}"
     )
+
+
+def _ended(span: Span) -> str:
+    if span.how in ("done", "abort", "crash"):
+        return f"ended with its {span.how!r} line"
+    if span.how == "next":
+        return "ended at its process's next line"
+    if math.isinf(span.end):
+        return "has no end in the log"
+    return f"ended when {span.how}"
 
 
 def concurrent(log: Log, faults: Iterable[Fault]) -> tuple[list[str], list[str]]:
