@@ -53,6 +53,7 @@ class Command(BaseCommand):
                 settings, max_tasks_per_child=options["max_tasks_per_child"]
             )
         if options["autoreload"] and not reloader.is_watched_process():
+            _log_to_stderr()
             sys.exit(reloader.run_with_restarts())  # runs this command again, watched
         self.run(settings, queues, concurrency, options)
 
