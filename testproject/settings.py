@@ -96,11 +96,28 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+# Mail leaves through the queue (django_jobs.mail.QueuedEmailBackend): a view's send_mail()
+# returns at once and the worker sends with the real backend, EMAIL_BACKEND from the
+# environment (console by default; the SMTP backend uses EMAIL_HOST and EMAIL_PORT).
 _EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+_SMTP = _EMAIL_BACKEND == "django.core.mail.backends.smtp.EmailBackend"
+_EMAIL_HOST = env("EMAIL_HOST", default="localhost")
+_EMAIL_PORT = env.int("EMAIL_PORT", default=25)
 if django.VERSION >= (6, 1):
-    MAILERS = {"default": {"BACKEND": _EMAIL_BACKEND}}
+    MAILERS = {
+        "default": {
+            "BACKEND": "django_jobs.mail.QueuedEmailBackend",
+            "OPTIONS": {"mailer": "send"},
+        },
+        "send": {
+            "BACKEND": _EMAIL_BACKEND,
+            "OPTIONS": {"host": _EMAIL_HOST, "port": _EMAIL_PORT} if _SMTP else {},
+        },
+    }
 else:  # RemovedInDjango2028Warning: EMAIL_BACKEND gives way to MAILERS from Django 6.1 on.
-    EMAIL_BACKEND = _EMAIL_BACKEND
+    EMAIL_BACKEND = "django_jobs.mail.QueuedEmailBackend"
+    JOBS["EMAIL_BACKEND"] = _EMAIL_BACKEND
+    EMAIL_HOST, EMAIL_PORT = _EMAIL_HOST, _EMAIL_PORT
 DEFAULT_FROM_EMAIL = "demo@example.com"
 
 LANGUAGE_CODE = "en-us"

@@ -5,14 +5,9 @@ Both configuration styles: MAILERS on Django 6.1+, EMAIL_BACKEND + JOBS["EMAIL_B
 
 from __future__ import annotations
 
-import email.policy
-import re
-from email.message import MIMEPart
-from email.mime.text import MIMEText
 from pathlib import Path
 from typing import Any
 
-import django
 import pytest
 from django.core import mail
 from django.core.mail import EmailMessage, EmailMultiAlternatives, send_mail, send_mass_mail
@@ -23,25 +18,11 @@ from django_jobs.mail import DeliverEmail, EmailPayload, SendEmail, SendEmailPay
 from django_jobs.mail.delivery import mail_key
 from django_jobs.models import ProcessedTask
 from django_jobs.testing import run_burst
+from testproject.probes.mail import full_message
 from tests.conftest import RedisNamespace
+from tests.mailing import MAILERS, mime, queue_mail
 
-LOCMEM = "django.core.mail.backends.locmem.EmailBackend"
-QUEUED = "django_jobs.mail.QueuedEmailBackend"
-MAILERS = django.VERSION >= (6, 1)
 TEMPLATES = Path(__file__).parent / "templates"
-
-
-def queue_mail(settings: Any, **jobs: Any) -> None:
-    """Route mail through the queue to the locmem backend, in this Django's style."""
-    if MAILERS:
-        settings.MAILERS = {
-            "default": {"BACKEND": QUEUED, "OPTIONS": {"mailer": "real"}},
-            "real": {"BACKEND": LOCMEM},
-        }
-    else:
-        settings.EMAIL_BACKEND = QUEUED
-        jobs.setdefault("EMAIL_BACKEND", LOCMEM)
-    settings.JOBS = {**settings.JOBS, **jobs}
 
 
 @pytest.fixture
@@ -52,50 +33,6 @@ def queued(settings: Any, redis_ns: RedisNamespace, mailoutbox: Any) -> RedisNam
 
 def pending(ns: RedisNamespace, queue: str = "critical") -> int:
     return int(ns.client.llen(f"{ns.namespace}:{{{queue}}}:pending"))
-
-
-BOUNDARY = re.compile(rb"={15}\d+==")
-
-
-def mime(message: EmailMessage) -> bytes:
-    """The message's bytes as the SMTP backend would send them, boundaries made equal."""
-    if django.VERSION >= (6, 0):
-        raw = message.message(policy=email.policy.SMTP).as_bytes()
-    else:
-        raw = message.message().as_bytes(linesep="\r\n")
-    return BOUNDARY.sub(b"BOUNDARY", raw)
-
-
-def full_message() -> EmailMultiAlternatives:
-    """A message with one of everything."""
-    inner = EmailMessage(
-        subject="inner", body="forwarded", to=["x@example.com"],
-        headers={"Date": "Tue, 01 Dec 2026 08:00:00 +0000", "Message-ID": "<inner@example.com>"},
-    )  # fmt: skip
-    message = EmailMultiAlternatives(
-        subject="Grüße, Ada - your order",
-        body="Plain body\nwith two lines, ünïcode.\n",
-        from_email="Shop <shop@example.com>",
-        to=["ada@example.com", "Bob <bob@example.com>"],
-        cc=["cc@example.com"],
-        bcc=["hidden@example.com"],
-        reply_to=["support@example.com"],
-        headers={"X-Order": "42", "List-Unsubscribe": "<https://example.com/u>"},
-    )
-    message.attach_alternative("<p>HTML <b>body</b> &amp; more</p>", "text/html")
-    message.attach("notes.txt", "some text\n", "text/plain")
-    message.attach("pixel.png", bytes(range(256)) * 4, "image/png")
-    message.attach("inner.eml", inner, "message/rfc822")
-    if django.VERSION >= (6, 0):
-        part = MIMEPart()
-        part.set_content(b"\x00\x01binary", maintype="application", subtype="octet-stream")
-        part.add_header("Content-Disposition", "attachment", filename="raw.bin")
-        message.attach(part)
-    else:
-        legacy = MIMEText("legacy part", "plain", "utf-8")
-        legacy.add_header("Content-Disposition", "attachment", filename="legacy.txt")
-        message.attach(legacy)
-    return message
 
 
 @pytest.mark.django_db(transaction=True)
