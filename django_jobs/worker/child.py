@@ -78,7 +78,12 @@ class Child:
     """The loop of one child process (slot `index` of the supervisor's table)."""
 
     def __init__(
-        self, broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int
+        self,
+        broker: RedisBroker,
+        queues: Sequence[str],
+        table: SlotTable,
+        index: int,
+        parent: int | None = None,
     ) -> None:
         self.broker = broker
         self.settings = broker.settings
@@ -86,7 +91,8 @@ class Child:
         self.table = table
         self.index = index
         #: The supervisor's pid: a different parent means it died and this child is an orphan.
-        self.parent = os.getppid()
+        self.parent = os.getppid() if parent is None else parent
+        self.orphaned = False
         self.processor = Processor(broker, queues, guard=self._guard)
         self.backoff = Backoff()
         self.outage = Outage(logger, f"worker child {os.getpid()}")
@@ -118,7 +124,11 @@ class Child:
         """Whether the supervisor died (this process was handed to another parent)."""
         if os.getppid() == self.parent:
             return False
-        logger.warning("worker child %d: its supervisor %d died; exiting", os.getpid(), self.parent)
+        if not self.orphaned:
+            self.orphaned = True
+            logger.warning(
+                "worker child %d: its supervisor %d died; exiting", os.getpid(), self.parent
+            )
         return True
 
     def run(self) -> None:
@@ -253,4 +263,4 @@ def main(
     """Run a child until it is told to stop, retires, or its supervisor `parent` dies."""
     if not die_with_parent(parent):
         return  # the supervisor died before the kernel could be told: an orphan already
-    Child(broker, queues, table, index).run()
+    Child(broker, queues, table, index, parent).run()
