@@ -1,20 +1,250 @@
-"""Helpers for tests of projects that use django-jobs."""
+"""Helpers for the test suites of projects that use django-jobs.
+
+Without Redis, like Django's ``mail.outbox``::
+
+    from django_jobs.testing import assert_enqueued, capture_jobs
+
+    def test_signup_sends_welcome(client):
+        with capture_jobs() as jobs:
+            client.post("/signup/", {...})
+        assert_enqueued(SendWelcome, payload=WelcomePayload(user_id=1), queue="critical")
+        jobs.run_all()  # run them here, now, as the worker would
+
+With pytest, the ``jobs_captured`` fixture (``django_jobs.pytest_plugin``) does the same for
+the whole test. With Redis, `run_burst()` runs what is due through the real broker.
+
+Capturing swaps the broker only: every enqueue runs the real client code (payload checks,
+defaults, PayloadTooLarge, idempotency keys and DuplicateJob, on_commit), and the tasks are
+kept here instead of being written to Redis.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, cast
 
-from django_jobs.client import get_broker
-from django_jobs.worker.processor import Outcome, Processor
+from django_jobs import client
+from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.broker.redis import RedisBroker
+from django_jobs.conf import JobsSettings, get_settings
+from django_jobs.jobs import Job, JobContext, registry
+from django_jobs.keys import QueueKeys, State
+from django_jobs.message import Message, decode, payload_from_json
+from django_jobs.worker.processor import Outcome, Processor, run_job
+
+#: The REDIS_URL the client sees while jobs are captured: nothing ever connects to it.
+CAPTURE_URL = "redis://captured.invalid:6379/0"
+
+
+@dataclass(frozen=True)
+class EnqueuedJob:
+    """One captured enqueue: the job class, its payload as the worker would see it, and the
+    task's options."""
+
+    job: type[Job[Any]]
+    payload: Any
+    message: Message
+    #: Seconds from the enqueue until due (0: at once), or the eta as epoch seconds.
+    delay: float
+    eta: float | None
+
+    @property
+    def id(self) -> str:
+        return self.message.id
+
+    @property
+    def queue(self) -> str:
+        return self.message.queue
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.message.idempotency_key
+
+    def run(self) -> None:
+        """Run the job now, in this process, as its first attempt; exceptions propagate."""
+        context = JobContext(
+            job_id=self.id,
+            attempt=1,
+            crashes=0,
+            queue=self.queue,
+            deadline=time.time() + self.message.timeout,
+            idempotency_key=self.idempotency_key,
+        )
+        run_job(self.job, self.payload, context, hygiene=False)
+
+    def __str__(self) -> str:
+        return f"{self.job.__name__}({self.payload!r}) on {self.queue!r}"
+
+
+class CapturedJobs:
+    """The jobs enqueued while a capture is active, in order."""
+
+    def __init__(self) -> None:
+        self.jobs: list[EnqueuedJob] = []
+        #: Idempotency keys taken, as the broker's SET NX would hold them: key -> task id.
+        self.idempotency: dict[str, str] = {}
+
+    def __iter__(self) -> Iterator[EnqueuedJob]:
+        return iter(list(self.jobs))
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def clear(self) -> None:
+        """Forget the jobs captured so far (idempotency keys are kept, as in Redis)."""
+        self.jobs.clear()
+
+    def run_all(self) -> list[EnqueuedJob]:
+        """Run every captured job inline, oldest first, including jobs they enqueue; return
+        what ran. Each is removed before it runs; an exception stops the run and propagates."""
+        ran = []
+        while self.jobs:
+            job = self.jobs.pop(0)
+            job.run()
+            ran.append(job)
+        return ran
+
+
+class CaptureBroker:
+    """A broker that keeps enqueued tasks in a CapturedJobs instead of Redis (enqueue only)."""
+
+    def __init__(self, settings: JobsSettings, captured: CapturedJobs) -> None:
+        self.settings = settings
+        self.captured = captured
+
+    def keys(self, queue: str) -> QueueKeys:
+        return QueueKeys(self.settings.namespace, queue)
+
+    def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
+        accepted = []
+        for request in requests:
+            key = request.idempotency_key
+            if key is not None and key in self.captured.idempotency:
+                accepted.append(Accepted(State.PENDING, self.captured.idempotency[key]))
+                continue
+            if key is not None:
+                self.captured.idempotency[key] = request.id
+            message = decode(request.encoded)
+            job = registry.get(message.job)
+            payload = payload_from_json(message.payload, job.payload_type)
+            self.captured.jobs.append(
+                EnqueuedJob(job, payload, message, request.delay, request.eta)
+            )
+            due_later = request.delay > 0 or (request.eta is not None and request.eta > time.time())
+            accepted.append(Accepted(State.SCHEDULED if due_later else State.PENDING))
+        return accepted
+
+
+_active: list[CapturedJobs] = []
+
+
+@contextmanager
+def capture_jobs() -> Iterator[CapturedJobs]:
+    """Capture every enqueue inside the block instead of sending it to Redis (none needed).
+
+    The client is given settings with jobs enabled and a CaptureBroker in place of Redis, so
+    that an enqueue takes the same path as in production, whatever REDIS_URL says (even unset,
+    and even when the test changes JOBS inside the block).
+    """
+    captured = CapturedJobs()
+
+    def settings() -> JobsSettings:
+        return dataclasses.replace(get_settings(), redis_url=CAPTURE_URL)
+
+    def broker() -> RedisBroker:
+        return cast(RedisBroker, CaptureBroker(settings(), captured))
+
+    saved = (getattr(client, "get_settings"), client.get_broker)  # noqa: B009
+    # The seam the client offers today: it looks both names up in its module at each call.
+    setattr(client, "get_settings", settings)  # noqa: B010
+    setattr(client, "get_broker", broker)  # noqa: B010
+    _active.append(captured)
+    try:
+        yield captured
+    finally:
+        _active.remove(captured)
+        setattr(client, "get_settings", saved[0])  # noqa: B010
+        setattr(client, "get_broker", saved[1])  # noqa: B010
+
+
+def _current() -> CapturedJobs:
+    if not _active:
+        raise RuntimeError(
+            "No jobs are being captured: wrap the code in `with capture_jobs():` or use the "
+            "pytest fixture `jobs_captured` (django_jobs.pytest_plugin)."
+        )
+    return _active[-1]
+
+
+def _matches(entry: EnqueuedJob, payload: Any, queue: str | None) -> bool:
+    if queue is not None and entry.queue != queue:
+        return False
+    if payload is None:
+        return True
+    if isinstance(payload, dict):  # a subset of the payload's fields
+        fields = dataclasses.asdict(entry.payload)
+        return all(name in fields and fields[name] == value for name, value in payload.items())
+    return bool(entry.payload == payload)
+
+
+def enqueued_jobs(job: type[Job[Any]] | None = None) -> list[EnqueuedJob]:
+    """The jobs captured so far (of one job class, if given), oldest first."""
+    return [e for e in _current() if job is None or e.job is job]
+
+
+def assert_enqueued(
+    job: type[Job[Any]],
+    *,
+    payload: Any = None,
+    queue: str | None = None,
+    count: int | None = None,
+) -> list[EnqueuedJob]:
+    """Assert that `job` was enqueued (with this payload, or these payload fields as a dict,
+    on this queue; exactly `count` times if given); return the matching captured jobs."""
+    matching = [e for e in enqueued_jobs(job) if _matches(e, payload, queue)]
+    if (count is None and not matching) or (count is not None and len(matching) != count):
+        wanted = _describe(job, payload, queue)
+        times = "at least once" if count is None else f"{count} time(s)"
+        raise AssertionError(
+            f"expected {wanted} enqueued {times}, found {len(matching)}; enqueued: {_listing()}"
+        )
+    return matching
+
+
+def assert_not_enqueued(
+    job: type[Job[Any]], *, payload: Any = None, queue: str | None = None
+) -> None:
+    """Assert that no matching `job` was enqueued."""
+    matching = [e for e in enqueued_jobs(job) if _matches(e, payload, queue)]
+    if matching:
+        raise AssertionError(
+            f"expected no {_describe(job, payload, queue)} enqueued, found "
+            f"{', '.join(str(e) for e in matching)}"
+        )
+
+
+def _describe(job: type[Job[Any]], payload: Any, queue: str | None) -> str:
+    text = job.__name__ if payload is None else f"{job.__name__}({payload!r})"
+    return text if queue is None else f"{text} on {queue!r}"
+
+
+def _listing() -> str:
+    jobs = [str(e) for e in _current()]
+    return ", ".join(jobs) if jobs else "nothing"
 
 
 def run_burst(queues: Sequence[str] | None = None, max_tasks: int | None = None) -> list[Outcome]:
     """Run every task that is due, in this process, until none is left; return the outcomes.
 
-    Due scheduled and retry tasks are forwarded first, as the worker's forwarder would; tasks
-    that are not due yet (a delay, a retry's backoff) are left alone.
+    The Redis-backed way: the tasks go through the real broker. Due scheduled and retry tasks
+    are forwarded first, as the worker's forwarder would; tasks that are not due yet (a delay,
+    a retry's backoff) are left alone.
     """
-    broker = get_broker()
+    broker = client.get_broker()
     # No connection hygiene: the test's own transaction must survive the jobs it runs.
     processor = Processor(broker, queues, hygiene=False)
     outcomes: list[Outcome] = []
