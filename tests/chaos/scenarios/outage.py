@@ -92,13 +92,16 @@ def _outage(run: Run, profile: Profile, result: Result, server: RedisServer) -> 
                     overlap=STALE_RUN,
                 )
                 result.recovery += again(stage, long, end)
-            # Jobs keep arriving until every caught task has run to the end somewhere
-            wait_until(
-                lambda: all(stage.log.read().finished(i) for i in caught),
-                LONG + 30,
-                "the caught tasks done",
-                interval=0.2,
-            )
+                # Every caught task completed before the next pause (which would catch it again,
+                # and a third catch is the crash budget), jobs arriving meanwhile
+                wait_until(
+                    lambda ids=long: all(
+                        r == ["completed"] for r in stage.records(ids, "state").values()
+                    ),
+                    2 * LONG + 30,
+                    "the caught tasks completed",
+                    interval=0.2,
+                )
         conclude(stage, result, drain=LONG * 2 + 60)
         lost_lease = sum(w.output().count("lost its lease") for w in stage.workers)
         runs = {i: len(stage.log.started(i)) for i in caught}
