@@ -16,6 +16,7 @@ then lift the limit. Meanwhile:
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from testproject.probes.jobs import ChaosWork
 from tests.chaos.harness import FAST, STALE_RUN, Run
@@ -66,7 +67,7 @@ def _oom(run: Run, profile: Profile, result: Result, server: RedisServer) -> Non
                 used = int(stage.client.info("memory")["used_memory"])
                 stage.client.config_set("maxmemory", used + HEADROOM)
                 wait_until(
-                    lambda r=refused: feeder.failures + len(feeder.unnamed) > r,
+                    partial(refused_since, feeder, refused),
                     15,
                     "an enqueue refused once maxmemory was reached",
                 )
@@ -106,3 +107,8 @@ def _oom(run: Run, profile: Profile, result: Result, server: RedisServer) -> Non
             f"{spread(reached)} after the limit was set; {feeder.failures} enqueue(s) refused "
             f"with BrokerUnavailable, e.g. {feeder.refusals[:1]}; {len(deaths)} child deaths"
         )
+
+
+def refused_since(feeder: Feeder, before: int) -> bool:
+    """Whether enqueues were refused (named or not) since `before` of them were."""
+    return feeder.failures + len(feeder.unnamed) > before

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 
 import redis
 
@@ -67,11 +68,7 @@ def _outage(run: Run, profile: Profile, result: Result, server: RedisServer) -> 
         with Feeder(stage, RATE, work, batch=1) as feeder:
             for _ in range(profile.outages):
                 long = stage.enqueue(WORKERS, lambda n: ChaosWork(n, seconds=LONG))
-                wait_until(
-                    lambda ids=long: all(stage.log.read().started(i) for i in ids),
-                    15,
-                    "the long tasks started",
-                )
+                wait_until(partial(started, stage, long), 15, "the long tasks started")
                 caught += long
                 sweep = Rival(stage)
                 at = time.time()
@@ -95,12 +92,10 @@ def _outage(run: Run, profile: Profile, result: Result, server: RedisServer) -> 
                 # Every caught task completed before the next pause (which would catch it again,
                 # and a third catch is the crash budget), jobs arriving meanwhile
                 wait_until(
-                    lambda ids=long: all(
-                        r == ["completed"] for r in stage.records(ids, "state").values()
-                    ),
+                    partial(completed, stage, long),
                     2 * LONG + 30,
                     "the caught tasks completed",
-                    interval=0.2,
+                    0.2,
                 )
         conclude(stage, result, drain=LONG * 2 + 60)
         lost_lease = sum(w.output().count("lost its lease") for w in stage.workers)
@@ -123,6 +118,14 @@ def _outage(run: Run, profile: Profile, result: Result, server: RedisServer) -> 
             "a worker had to be restarted: "
             + "\n".join(w.tail() for w in stage.workers if not w.alive),
         )
+
+
+def started(stage: Stage, ids: list[str]) -> bool:
+    return all(stage.log.read().started(i) for i in ids)
+
+
+def completed(stage: Stage, ids: list[str]) -> bool:
+    return all(r == ["completed"] for r in stage.records(ids, "state").values())
 
 
 def again(stage: Stage, ids: list[str], end: float) -> list[float]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 
 from testproject.probes.jobs import ChaosWork
 from tests.chaos.harness import Run, Stage, Worker
@@ -50,7 +51,7 @@ def run(run: Run, profile: Profile, result: Result) -> None:
             for index in range(profile.supervisor_kills):
                 slot = index % len(workers)
                 victim = workers[slot].wait_ready()
-                wait_until(lambda v=victim: busy(stage, v), 10, f"worker {victim.name} busy")
+                wait_until(partial(busy, stage, victim), 10, f"worker {victim.name} busy")
                 pids, at, dead = victim.kill9_supervisor()
                 gone = gone_within(victim, at, result, pids)
                 stage.fault("kill -9 supervisor", at, gone, pids, cap=victim.concurrency)
