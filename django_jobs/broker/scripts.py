@@ -8,7 +8,8 @@ then refuses the whole script under maxmemory (OOM) before it runs, instead of f
 first write with earlier writes applied. `extend_lease` alone says `flags=allow-oom`: it only
 moves the scores of existing members, and a running task's lease must outlive an OOM window,
 or the task would be recovered and run a second time. The shebang is followed by
-`_prelude.lua`, the helpers every script may call, then by the script itself.
+the helpers of `_prelude.lua` it calls (each call of a script defines them anew, so a script
+gets only those), then by the script itself.
 
 `ack_dequeue` is composed from two of them, so that a worker acks a task and fetches the next
 one in a single script call: the hot path of draining a queue. Its shebang is its first line
@@ -17,6 +18,7 @@ only.
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 
 import redis
@@ -32,8 +34,26 @@ def _read() -> dict[str, str]:
 
 
 _FILES = _read()
-#: Helpers every script can call (wrong_type, count, wake, bump, bury).
-PRELUDE = _FILES.pop("_prelude")
+#: The helpers scripts can call, by name, in the order they are defined in `_prelude.lua`: each
+#: `local function` with the comment above it.
+HELPERS: dict[str, str] = {
+    match["name"]: match[0]
+    for match in re.finditer(
+        r"(?:--[^\n]*\n)*local function (?P<name>\w+)\(.*?\nend\n", _FILES.pop("_prelude"), re.S
+    )
+}
+
+
+def _prelude(body: str) -> str:
+    """The helpers a script body calls, with the helpers they call, in their defined order."""
+    needed: set[str] = set()
+    todo = [name for name in HELPERS if re.search(rf"\b{name}\(", body)]
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo += [other for other in HELPERS if re.search(rf"\b{other}\(", HELPERS[name])]
+    return "".join(text for name, text in HELPERS.items() if name in needed)
 
 
 def _split(source: str) -> tuple[str, str]:
@@ -48,7 +68,7 @@ def _split(source: str) -> tuple[str, str]:
 _PARTS = {name: _split(source) for name, source in _FILES.items()}
 #: Script name -> Lua source as sent to Redis.
 SOURCES: dict[str, str] = {
-    name: f"{shebang}\n{PRELUDE}{body}" for name, (shebang, body) in _PARTS.items()
+    name: f"{shebang}\n{_prelude(body)}{body}" for name, (shebang, body) in _PARTS.items()
 }
 
 
@@ -60,7 +80,7 @@ def _function(name: str) -> str:
 #: ack then dequeue in one call. KEYS: ack's 5 keys, then dequeue's; ARGV: ack's 4 args, then
 #: dequeue's. Returns {ack's reply, dequeue's reply}, or ack's error reply (nothing changed).
 SOURCES["ack_dequeue"] = (
-    f"#!lua\n{PRELUDE}"
+    f"#!lua\n{_prelude(_PARTS['ack'][1] + _PARTS['dequeue'][1])}"
     + _function("ack")
     + _function("dequeue")
     + "local acked = ack({unpack(KEYS, 1, 5)}, {unpack(ARGV, 1, 4)})\n"

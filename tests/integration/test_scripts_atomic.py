@@ -479,3 +479,48 @@ def test_broker_refused__is_exported_and_a_broker_unavailable() -> None:
     assert django_jobs.BrokerRefused is exceptions.BrokerRefused
     assert issubclass(BrokerRefused, BrokerUnavailable)
     assert "BrokerRefused" in django_jobs.__all__
+
+
+# -- through the worker's own loop -------------------------------------------------------------
+
+
+def test_run_burst__wrong_typed_day_counter_runs_each_task_once(
+    redis_ns: RedisNamespace,
+) -> None:
+    # The issue: ack failed after LREM/ZREM, so every task ran 3 times and died "crashed its
+    # worker 3 times".
+    from django_jobs.testing import run_burst
+    from tests.integration.test_broker import Note, NoteJob, noted
+
+    noted.clear()  # a list of test_broker's, cleared by its own fixture only there
+
+    foreign(redis_ns, q(f"processed:{today()}", NoteJob.queue), "hash")
+    handles = [NoteJob.enqueue(Note(text)) for text in ("one", "two")]
+
+    outcomes = run_burst()
+
+    assert sorted(noted) == ["one", "two"]
+    assert [o.state for o in outcomes] == ["completed", "completed"]
+    assert [h.refresh() for h in handles] == ["completed", "completed"]
+
+
+def test_run_burst__a_broken_queue_waits_while_the_others_flow(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    from django_jobs.testing import run_burst
+    from tests.integration.test_broker import Note, NoteJob, noted
+
+    noted.clear()  # a list of test_broker's, cleared by its own fixture only there
+
+    settings.JOBS = {**settings.JOBS, "QUEUES": ["critical", "default"]}
+    stuck = NoteJob.enqueue(Note("stuck"), queue="critical")
+    NoteJob.enqueue(Note("flows"))
+    foreign(redis_ns, q("lease", "critical"), "list")
+
+    run_burst()
+
+    assert noted == ["flows"]
+    assert stuck.refresh() == "pending"
+    assert redis_ns.client.lrange(key(redis_ns, q("pending", "critical")), 0, -1) == [
+        stuck.id.encode()
+    ]

@@ -1,4 +1,5 @@
--- Shared by every script: scripts.py puts it between the shebang line and the script.
+-- Helpers for the scripts: scripts.py puts those a script calls between its shebang line and
+-- the script itself.
 --
 -- wrong_type(key, type, key, type, ...): an error reply naming the first key that exists with
 -- another type than the one we keep there, else nil. A script calls it before its first write,
@@ -50,4 +51,36 @@ local function bury(key, kind, id, dead, now)
     'error', 'its record ' .. key .. ' was a ' .. kind .. ', not a hash (written by hand or by '
       .. 'another program?): replaced by this dead record')
   redis.call('ZADD', dead, now, id)
+end
+-- fields(key, field, ...): HMGET of a task record; nil and an error reply instead when the key
+-- holds something else (a read: nothing is written yet).
+local function fields(key, ...)
+  local f = redis.pcall('HMGET', key, ...)
+  if f.err then
+    return nil, wrong_type(key, 'hash')
+  end
+  return f
+end
+-- take(active, lease, id): a running task's first write, removing its id from active and lease.
+-- Returns an error reply, with nothing written, when either key holds something else: the lease
+-- is checked first, then LREM fails whole or applies (no TYPE call for active on the hot path).
+local function take(active, lease, id)
+  local bad = wrong_type(lease, 'zset')
+  if bad then
+    return bad
+  end
+  if type(redis.pcall('LREM', active, 1, id)) == 'table' then
+    return wrong_type(active, 'list')
+  end
+  redis.call('ZREM', lease, id)
+  return nil
+end
+-- range(key, arg, ...): ZRANGE of a sorted set of ours; nil and an error reply instead when the
+-- key holds something else (a read: nothing is written yet, and no TYPE call when all is well).
+local function range(key, ...)
+  local ids = redis.pcall('ZRANGE', key, ...)
+  if ids.err then
+    return nil, wrong_type(key, 'zset')
+  end
+  return ids
 end

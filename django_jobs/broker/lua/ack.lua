@@ -14,11 +14,10 @@
 --          this caller's (stale epoch or not active): nothing changed; an error naming a key
 --          of KEYS[1..4] that has another type (nothing changed). A day counter that is not a
 --          number is skipped, not an error.
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset')
-if bad then
+local f, bad = fields(KEYS[1], 'state', 'epoch')
+if not f then
   return bad
 end
-local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if (f[2] == ARGV[2] and f[1] == 'completed') or not f[1] then
   -- A replay of this very call (redis-py retried it after a timeout); with retention 0 the
   -- first call deleted the record. An active task's record is never deleted otherwise.
@@ -28,10 +27,15 @@ if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0
 end
 local id = ARGV[1]
-redis.call('LREM', KEYS[2], 1, id)
-redis.call('ZREM', KEYS[3], id)
-count(KEYS[5], ARGV[4])
 local retention = tonumber(ARGV[3])
+if retention > 0 then
+  bad = wrong_type(KEYS[4], 'zset')
+end
+bad = bad or take(KEYS[2], KEYS[3], id)
+if bad then
+  return bad
+end
+count(KEYS[5], ARGV[4])
 if retention > 0 then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) + tonumber(t[2]) / 1000000

@@ -16,16 +16,12 @@
 --          {"duplicate", id}      the idempotency key is held by the task `id`: nothing changed
 --          an error naming a key of KEYS[1..3] or KEYS[5] that has another type: nothing changed
 -- A wake key (KEYS[4]) of another type is skipped: the task is enqueued without its token.
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset')
-if not bad and KEYS[5] then
-  bad = wrong_type(KEYS[5], 'string')
-end
-if bad then
-  return bad
-end
 local id = ARGV[1]
 if KEYS[5] then
-  local holder = redis.call('GET', KEYS[5])
+  local holder = redis.pcall('GET', KEYS[5])
+  if type(holder) == 'table' and holder.err then
+    return wrong_type(KEYS[5], 'string')
+  end
   if holder and holder ~= id then
     return {'duplicate', holder}
   end
@@ -34,8 +30,11 @@ if KEYS[5] then
     return {'exists', redis.call('HGET', KEYS[1], 'state') or 'gone'}
   end
 end
-if redis.call('EXISTS', KEYS[1]) == 1 then
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind == 'hash' then
   return {'exists', redis.call('HGET', KEYS[1], 'state') or ''}
+elseif kind ~= 'none' then
+  return wrong_type(KEYS[1], 'hash')
 end
 
 local t = redis.call('TIME')
@@ -47,6 +46,16 @@ elseif tonumber(ARGV[3]) > 0 then
   due = now + tonumber(ARGV[3])
 end
 
+-- Only the structure this task goes to is checked: the other one is not written.
+local bad
+if due > now then
+  bad = wrong_type(KEYS[3], 'zset')
+else
+  bad = wrong_type(KEYS[2], 'list')
+end
+if bad then
+  return bad
+end
 local state = 'pending'
 if due > now then
   state = 'scheduled'

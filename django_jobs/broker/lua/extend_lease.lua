@@ -10,10 +10,6 @@
 --          outcome was written a moment ago, or deleted with retention 0) is neither extended
 --          nor lost. A record that is not a hash (overwritten by hand) is lost; an error names
 --          KEYS[1] if it is not a sorted set (nothing changed).
-local bad = wrong_type(KEYS[1], 'zset')
-if bad then
-  return bad
-end
 local t = redis.call('TIME')
 local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
 local lost = {}
@@ -23,7 +19,12 @@ for i = 3, #ARGV, 2 do
   if type(epoch) == 'table' then
     lost[#lost + 1] = id  -- not a hash: not a record of ours any more
   elseif epoch == ARGV[i + 1] then
-    if redis.call('ZSCORE', KEYS[1], id) then
+    -- The first ZSCORE comes before any ZADD: a lease key of another type changes nothing.
+    local score = redis.pcall('ZSCORE', KEYS[1], id)
+    if type(score) == 'table' and score.err then
+      return wrong_type(KEYS[1], 'zset')
+    end
+    if score then
       redis.call('ZADD', KEYS[1], 'XX', deadline, id)
     end
   elseif epoch then

@@ -10,16 +10,26 @@
 -- Returns  the number of tasks moved (call again while it equals twice the limit); an error
 --          naming a key of KEYS[1..3] that has another type (nothing changed). A wake key of
 --          another type is skipped.
-local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'list')
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local due = {}
+for i = 1, 2 do
+  local ids, bad = range(KEYS[i], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])
+  if not ids then
+    return bad
+  end
+  due[i] = ids
+end
+if #due[1] + #due[2] == 0 then
+  return 0  -- the common case of a tick: nothing more to look at
+end
+local bad = wrong_type(KEYS[3], 'list')
 if bad then
   return bad
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local moved = 0
 for i = 1, 2 do
-  local ids = redis.call('ZRANGE', KEYS[i], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])
-  for _, id in ipairs(ids) do
+  for _, id in ipairs(due[i]) do
     redis.call('ZREM', KEYS[i], id)
     local key = ARGV[1] .. id
     -- An id without a record has nothing left to run: dropping it loses nothing. One whose

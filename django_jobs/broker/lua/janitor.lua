@@ -9,10 +9,6 @@
 -- ARGV[4]  most tasks to delete from each set in this call
 -- Returns  the number of tasks deleted (call again while it is not below the limit); an error
 --          naming a key of KEYS that has another type (nothing changed).
-local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'zset')
-if bad then
-  return bad
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local limit = tonumber(ARGV[4])
@@ -23,9 +19,18 @@ local function purge(set, ids)
   end
   return #ids
 end
-local deleted = purge(KEYS[1], redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit))
-deleted = deleted + purge(KEYS[2],
-  redis.call('ZRANGE', KEYS[2], '-inf', now - tonumber(ARGV[3]), 'BYSCORE', 'LIMIT', 0, limit))
+-- Both sets are read before the first delete, so a key of another type changes nothing.
+local expired, bad = range(KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+if not expired then
+  return bad
+end
+local old
+old, bad = range(KEYS[2], '-inf', now - tonumber(ARGV[3]), 'BYSCORE', 'LIMIT', 0, limit)
+if not old then
+  return bad
+end
+local deleted = purge(KEYS[1], expired)
+deleted = deleted + purge(KEYS[2], old)
 local excess = redis.call('ZCARD', KEYS[2]) - tonumber(ARGV[2])
 if excess > 0 then
   deleted = deleted + purge(KEYS[2], redis.call('ZRANGE', KEYS[2], 0, math.min(excess, limit) - 1))

@@ -16,11 +16,10 @@
 -- Returns  1 when moved to dead (also when replayed after it applied); 0 when the task is no
 --          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
 --          another type (nothing changed).
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset')
-if bad then
+local f, bad = fields(KEYS[1], 'state', 'epoch')
+if not f then
   return bad
 end
-local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if f[2] == ARGV[2] and f[1] == 'dead' then
   return 1  -- a replay of this very call (redis-py retried it after a timeout)
 end
@@ -30,8 +29,10 @@ end
 local id = ARGV[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('LREM', KEYS[2], 1, id)
-redis.call('ZREM', KEYS[3], id)
+bad = wrong_type(KEYS[4], 'zset') or take(KEYS[2], KEYS[3], id)
+if bad then
+  return bad
+end
 if ARGV[5] == '1' then
   bump(KEYS[1], 'attempts')
 end

@@ -15,14 +15,20 @@
 -- Returns  a flat list: id, "pending" or "dead", id, ...; an error naming a key of KEYS[1..4]
 --          that has another type (nothing changed). A task whose record is not a hash is filed
 --          as dead (see `bury`); a wake key of another type is skipped.
-local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
-if bad then
-  return bad
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local out = {}
-local ids = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[3])
+local ids, bad = range(KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[3])
+if not ids then
+  return bad
+end
+if #ids == 0 then
+  return out  -- the common case of a tick: nothing more to look at
+end
+bad = wrong_type(KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
+if bad then
+  return bad
+end
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
   redis.call('LREM', KEYS[2], 1, id)

@@ -16,18 +16,18 @@
 -- ARGV[5]  the reason, kept as the error when the task goes dead
 -- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed; an
 --          error naming a key of KEYS[1..5] that has another type (nothing changed).
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'list',
-  KEYS[5], 'zset')
-if bad then
+local f, bad = fields(KEYS[1], 'state', 'epoch')
+if not f then
   return bad
 end
-local f = redis.call('HMGET', KEYS[1], 'state', 'epoch')
 if f[1] ~= 'active' or f[2] ~= ARGV[2] then
   return 0
 end
 local id = ARGV[1]
-redis.call('LREM', KEYS[2], 1, id)
-redis.call('ZREM', KEYS[3], id)
+bad = wrong_type(KEYS[4], 'list', KEYS[5], 'zset') or take(KEYS[2], KEYS[3], id)
+if bad then
+  return bad
+end
 bump(KEYS[1], 'epoch')
 if ARGV[3] == '1' then
   local crashes = bump(KEYS[1], 'crashes')
