@@ -47,6 +47,8 @@ from django_jobs.conf import (
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 #: The dotted path of django_jobs.mail.QueuedEmailBackend (named, not imported: layers).
 QUEUED_BACKEND = "django_jobs.mail.QueuedEmailBackend"
+#: The mail jobs: they run on JOBS["EMAIL_QUEUE"] (checked as E014), not on their class queue.
+EMAIL_JOBS = frozenset({"django_jobs.DeliverEmail", "django_jobs.SendEmail"})
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 #: Names used inside Redis keys: no braces (hash tags), colons (separators) or whitespace.
 NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -293,7 +295,7 @@ def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
     queues = raw_settings()["QUEUES"]
     for name, job in sorted(registry.jobs.items()):
         problems = []
-        if job.queue not in queues:
+        if job.queue not in queues and name not in EMAIL_JOBS:
             problems.append(f"queue {job.queue!r} is not one of JOBS['QUEUES'] ({queues})")
         if job.max_attempts is not None and not is_valid_count(job.max_attempts):
             problems.append(f"max_attempts {job.max_attempts!r} is not a whole number >= 1")

@@ -204,11 +204,12 @@ class SendEmail(Job[SendEmailPayload]):
         idempotency_window: timedelta | float | None = None,
         on_commit: bool = False,
     ) -> JobHandle:
-        """Enqueue as Job.enqueue does, after checking that the template exists here
-        (TemplateDoesNotExist at the call site rather than a dead task later)."""
+        """Enqueue as Job.enqueue does, on JOBS["EMAIL_QUEUE"] unless told otherwise, after
+        checking that the template exists here (TemplateDoesNotExist at the call site rather
+        than a dead task later)."""
         loader.get_template(payload.template)
         return super().enqueue(
-            payload, queue=queue, delay=delay, eta=eta, max_attempts=max_attempts,
-            timeout=timeout, retention=retention, idempotency_key=idempotency_key,
+            payload, queue=queue or get_settings().email_queue, delay=delay, eta=eta,
+            max_attempts=max_attempts, timeout=timeout, retention=retention, idempotency_key=idempotency_key,
             idempotency_window=idempotency_window, on_commit=on_commit,
         )  # fmt: skip

@@ -213,3 +213,15 @@ def test_send_email__an_unknown_template_in_the_worker_is_not_retryable(
     job = SendEmail(JobContext("t1", 1, 0, "critical", 0))
     with pytest.raises(NotRetryable, match=r"'mail/gone\.html' does not exist"):
         job.run(SendEmailPayload(to="a@example.com", template="mail/gone.html"))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("templates")
+def test_send_email__goes_to_the_email_queue(
+    settings: Any, redis_ns: RedisNamespace, mailoutbox: Any
+) -> None:
+    queue_mail(settings, EMAIL_QUEUE="low")
+
+    SendEmail.enqueue(SendEmailPayload(to="a@example.com", template="mail/plain.txt"))
+
+    assert (pending(redis_ns, "critical"), pending(redis_ns, "low")) == (0, 1)

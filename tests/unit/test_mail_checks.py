@@ -62,3 +62,11 @@ def test_check_mailers__the_default_email_queue_must_be_configured() -> None:
     mailers = {"default": {"BACKEND": QUEUED, "OPTIONS": {"mailer": "smtp"}}, "smtp": {}}
     assert ids(MAILERS=mailers, JOBS={"QUEUES": ["high", "low"]}) == ["django_jobs.E014"]
     assert ids(MAILERS={"default": {"BACKEND": SMTP}}, JOBS={"QUEUES": ["high"]}) == []
+
+
+def test_check_jobs__the_mail_jobs_follow_email_queue_not_their_class_queue() -> None:
+    from django_jobs.checks import check_jobs
+
+    with override_settings(JOBS={"QUEUES": ["high", "low"], "EMAIL_QUEUE": "high"}):
+        flagged = [e.msg for e in check_jobs() if "'django_jobs." in e.msg]
+    assert flagged == []
