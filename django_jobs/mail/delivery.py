@@ -210,6 +210,7 @@ class SendEmail(Job[SendEmailPayload]):
         loader.get_template(payload.template)
         return super().enqueue(
             payload, queue=queue or get_settings().email_queue, delay=delay, eta=eta,
-            max_attempts=max_attempts, timeout=timeout, retention=retention, idempotency_key=idempotency_key,
-            idempotency_window=idempotency_window, on_commit=on_commit,
+            max_attempts=max_attempts, timeout=timeout, retention=retention,
+            idempotency_key=idempotency_key, idempotency_window=idempotency_window,
+            on_commit=on_commit,
         )  # fmt: skip
