@@ -52,10 +52,14 @@ def test_once__second_run_yields_false_and_writes_nothing() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_once__exception_rolls_back_block_and_key() -> None:
-    with pytest.raises(Boom), once("charge:1") as first:
-        assert first
-        Effect.objects.create(key="charge:1")
-        raise Boom
+    def charge() -> None:
+        with once("charge:1") as first:
+            assert first
+            Effect.objects.create(key="charge:1")
+            raise Boom
+
+    with pytest.raises(Boom):
+        charge()
 
     assert Effect.objects.count() == 0
     assert ProcessedTask.objects.count() == 0
@@ -80,11 +84,15 @@ def test_once__duplicate_inside_an_outer_transaction_leaves_it_usable() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_once__inside_an_outer_transaction_rolls_back_with_it() -> None:
-    with pytest.raises(Boom), transaction.atomic():
-        with once("k") as first:
-            assert first
-            Effect.objects.create(key="k")
-        raise Boom
+    def outer() -> None:
+        with transaction.atomic():
+            with once("k") as first:
+                assert first
+                Effect.objects.create(key="k")
+            raise Boom
+
+    with pytest.raises(Boom):
+        outer()
 
     assert ProcessedTask.objects.count() == 0
     assert Effect.objects.count() == 0

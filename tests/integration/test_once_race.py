@@ -61,7 +61,7 @@ def test_once__two_processes_racing_on_50_keys_make_50_effects() -> None:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-        )  # fmt: skip
+        )
         for n in range(PROCESSES)
     ]
     for racer in racers:
