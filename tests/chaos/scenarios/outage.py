@@ -4,8 +4,9 @@ Redis is frozen (SIGSTOP of a redis-server the battery started) for LEASE + 2 s 
 tasks run and jobs keep arriving. When it comes back every lease has run out, and a recoverer
 elsewhere (the battery's, as for a worker on another host) is first in line: it sent its sweep
 the moment Redis froze, on a connection it had open, so Redis runs it before the heartbeats
-that queued up behind it. (Left to the workers alone, the heartbeat that was waiting on Redis
-nearly always renews first, and no lease is lost: that case is covered too, with `rival` off.)
+that queued up behind it (a heartbeat already on its way when Redis froze is ahead of it, and
+its worker keeps its task). Left to the workers alone, the heartbeat waiting on Redis nearly
+always renews first, and no lease is lost.
 So the tasks go back to pending while their runs still go on, and the worker that ran each
 learns at its next heartbeat that it is no longer its own. It must then interrupt that run (a
 lost lease, raised like a timeout) and write no outcome, and it must never run one task in two
@@ -98,19 +99,23 @@ def _outage(run: Run, profile: Profile, result: Result, server: RedisServer) -> 
                     0.2,
                 )
         conclude(stage, result, drain=LONG * 2 + 60)
+        # A heartbeat already on its way when Redis froze is ahead of the rival and renews its
+        # worker's leases: that task is simply kept. None taken at all would prove nothing.
+        taken = set(caught) & {task_id for task_id, _state in recovered}
         lost_lease = sum(w.output().count("lost its lease") for w in stage.workers)
         runs = {i: len(stage.log.started(i)) for i in caught}
         result.note(
             f"{profile.outages} pause(s) of {PAUSE:g}s (LEASE {FAST['LEASE']}s) under "
             f"{len(caught)} tasks of {LONG:g}s: the rival recovered {len(recovered)} task(s) "
-            f"the moment Redis was back; the caught tasks started {sorted(runs.values())} "
+            f"({len(taken)} of the caught) the moment Redis was back; the caught tasks started "
+            f"{sorted(runs.values())} "
             f"times; the workers logged {lost_lease} lost lease(s); {feeder.failures} "
             f"enqueue(s) raised BrokerUnavailable meanwhile"
         )
         result.expect(
-            set(caught) <= {task_id for task_id, _state in recovered},
-            f"the rival recovered {recovered}, not every task the pause caught: it was not "
-            f"first in line when Redis came back",
+            taken,
+            f"the rival recovered none of the {len(caught)} tasks the pauses caught "
+            f"({recovered}): no lease was lost, nothing was tested",
         )
         alive = sorted(w.pid for w in stage.workers if w.alive)
         result.expect(
