@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from django_jobs import Job, once
 from django_jobs.client import get_broker
+from django_jobs.mail import DeliverEmail, EmailPayload
 from testproject.probes.models import Effect
 
 
@@ -183,3 +184,16 @@ class OnceEffect(Job[Work]):
         if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
             os.kill(os.getpid(), 9)
         client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+
+
+class DeliverThenCrash(DeliverEmail):
+    """Deliver a queued mail as DeliverEmail does, then, on the first run only, kill its own
+    process: the mail went out and its row committed, but the task was never acknowledged."""
+
+    def run(self, payload: EmailPayload) -> None:
+        super().run(payload)
+        client = get_broker().client
+        client.rpush(_key("runs"), f"mail:{self.context.attempt}")
+        if client.hsetnx(_key("crashed"), "mail", os.getpid()):
+            os.kill(os.getpid(), 9)
+        client.rpush(_key("done"), f"mail:{self.context.attempt}:{self.context.crashes}")
