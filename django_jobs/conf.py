@@ -11,7 +11,7 @@ Durations accept a number of seconds or a `timedelta`; they are stored as float 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -125,7 +125,8 @@ WHEN_DISABLED_CHOICES = ("inline", "skip", "raise")
 class JobsSettings:
     """The validated JOBS setting; durations in seconds."""
 
-    redis_url: str | None
+    #: Left out of repr: it may hold a password, and a repr reaches tracebacks and debug pages.
+    redis_url: str | None = field(repr=False)
     namespace: str
     queues: tuple[str, ...]
     concurrency: int

@@ -129,3 +129,21 @@ def test_debug_page__a_project_filter_keeps_working(settings: Any) -> None:
     assert isinstance(project, ProjectFilter)
     assert safe["ONCALL"] != "555-0100"
     assert SafeExceptionReporterFilter.hidden_settings.pattern.count("REDIS_URL") == 1
+
+
+def test_debug_page__frames_holding_the_settings_show_no_password(settings: Any) -> None:
+    # A view's enqueue that raises (here an unknown queue) puts frames on the debug page whose
+    # locals hold the resolved JobsSettings.
+    from django_jobs.client import Options, resolve
+    from django_jobs.conf import get_settings
+    from django_jobs.exceptions import UnknownQueue
+    from tests.integration.test_broker import NoteJob
+
+    settings.JOBS = {"REDIS_URL": f"redis://:{SECRET}@h:6379/0"}
+    try:
+        resolve(NoteJob, Options(queue="nope"), get_settings())
+    except UnknownQueue:
+        html = ExceptionReporter(RequestFactory().get("/"), *sys.exc_info()).get_traceback_html()
+
+    assert "JobsSettings" in html
+    assert SECRET not in html
