@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.client import NEVER_DECODE
+from redis.exceptions import ResponseError
 
 from django_jobs import keys
 from django_jobs.broker.redis import RedisBroker
@@ -236,7 +237,17 @@ class Inspector:
             else:
                 pipe.execute_command("HGETALL", k.task(task_id), **{NEVER_DECODE: True})
         with self.broker.unavailable(writes=False):
-            replies: list[Any] = pipe.execute()
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        for index, reply in enumerate(replies):
+            if isinstance(reply, ResponseError):
+                # A record key holding something else (written by hand): list the task with
+                # what is wrong instead of failing the whole page.
+                error = (
+                    f"its record {k.task(ids[index])!r} is not a hash: it is not one of ours "
+                    f"(written by hand or by another program?). Delete that key by hand "
+                    f"(redis-cli DEL); nothing else uses our namespace."
+                )
+                replies[index] = None if field else {b"error": error.encode()}
         return replies
 
     def _idempotency_key(self, k: QueueKeys, raw: bytes | None) -> str | None:

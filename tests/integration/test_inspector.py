@@ -233,6 +233,28 @@ def test_tasks__corrupt_record_goes_dead_and_stays_listable(
     assert depths(insp)["dead"] == 0
 
 
+def test_tasks__record_key_of_another_type_is_listed_with_what_is_wrong(
+    insp: Inspector, redis_ns: RedisNamespace
+) -> None:
+    good, broken = (Noop.enqueue(Note(t), delay=60).id for t in ("ok", "broken"))
+    record = get_broker().keys("default").task(broken)
+    redis_ns.client.delete(record)
+    redis_ns.client.set(record, "written by hand")
+
+    page = insp.tasks("default", State.SCHEDULED)
+
+    by_id = {item.id: item for item in page.items}
+    assert set(by_id) == {good, broken}
+    assert by_id[good].decode_error is None
+    assert by_id[broken].state == "scheduled"
+    assert by_id[broken].error is not None
+    assert f"its record {record!r} is not a hash" in by_id[broken].error
+    assert "Delete that key" in by_id[broken].error
+    task = insp.task("default", broken)
+    assert task is not None
+    assert task.error == by_id[broken].error
+
+
 def test_tasks__rejects_unknown_queue_state_and_page(insp: Inspector) -> None:
     with pytest.raises(UnknownQueue, match="critical, default, low"):
         insp.tasks("nope", State.PENDING)
