@@ -31,10 +31,11 @@ from django_jobs import client
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.conf import JobsSettings, get_settings
+from django_jobs.execution import run_job
 from django_jobs.jobs import Job, JobContext, registry
 from django_jobs.keys import QueueKeys, State
 from django_jobs.message import Message, decode, payload_from_json
-from django_jobs.worker.processor import Outcome, Processor, run_job
+from django_jobs.worker.processor import Outcome, Processor
 
 #: The REDIS_URL the client sees while jobs are captured: nothing ever connects to it.
 CAPTURE_URL = "redis://captured.invalid:6379/0"

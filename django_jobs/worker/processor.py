@@ -15,12 +15,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import close_old_connections
-
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import LeaseLost, UnknownJob
-from django_jobs.jobs import Job, JobContext, registry
+from django_jobs.execution import run_inline as run_inline  # client.py's import, until it moves
+from django_jobs.execution import run_job
+from django_jobs.jobs import JobContext, registry
 from django_jobs.keys import State
 from django_jobs.message import DecodeError, Message, decode, payload_from_json
 
@@ -71,40 +71,6 @@ def _traceback() -> str:
     half = MAX_TRACEBACK // 2
     cut = len(text) - 2 * half
     return f"{text[:half]}\n... ({cut} characters cut) ...\n{text[-half:]}"
-
-
-def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: bool) -> None:
-    """Run the job; with hygiene, as a request runs a view: stale DB connections closed first
-    and after. Never with hygiene inside a caller's transaction (inline runs, tests): closing
-    the connection there would end the caller's transaction."""
-    if not hygiene:
-        job(context).run(payload)
-        return
-    close_old_connections()
-    try:
-        job(context).run(payload)
-    finally:
-        close_old_connections()
-
-
-def run_inline(job: type[Job[Any]], message: Message) -> str:
-    """Run a job now, in this process (Redis disabled); return "completed" or "dead"."""
-    context = JobContext(
-        job_id=message.id,
-        attempt=1,
-        crashes=0,
-        queue=message.queue,
-        deadline=time.time() + message.timeout,
-        idempotency_key=message.idempotency_key,
-    )
-    try:
-        run_job(job, payload_from_json(message.payload, job.payload_type), context, hygiene=False)
-    except Exception:
-        logger.exception(
-            "%s %s failed (run inline: Redis is disabled, no retry)", job.name, message.id
-        )
-        return State.DEAD
-    return State.COMPLETED
 
 
 class Processor:

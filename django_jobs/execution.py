@@ -1,0 +1,53 @@
+"""Run a job's handler: the code shared by the worker, the inline mode and the test helpers.
+
+Below both the client and the worker: it imports jobs, message, keys, conf, exceptions, models
+and idempotency, never the worker or the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.db import close_old_connections
+
+from django_jobs.jobs import Job, JobContext
+from django_jobs.keys import State
+from django_jobs.message import Message, payload_from_json
+
+logger = logging.getLogger("django_jobs.execution")
+
+
+def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: bool) -> None:
+    """Run the job; with hygiene, as a request runs a view: stale DB connections closed first
+    and after. Never with hygiene inside a caller's transaction (inline runs, tests): closing
+    the connection there would end the caller's transaction."""
+    if not hygiene:
+        job(context).run(payload)
+        return
+    close_old_connections()
+    try:
+        job(context).run(payload)
+    finally:
+        close_old_connections()
+
+
+def run_inline(job: type[Job[Any]], message: Message) -> str:
+    """Run a job now, in this process (Redis disabled); return "completed" or "dead"."""
+    context = JobContext(
+        job_id=message.id,
+        attempt=1,
+        crashes=0,
+        queue=message.queue,
+        deadline=time.time() + message.timeout,
+        idempotency_key=message.idempotency_key,
+    )
+    try:
+        run_job(job, payload_from_json(message.payload, job.payload_type), context, hygiene=False)
+    except Exception:
+        logger.exception(
+            "%s %s failed (run inline: Redis is disabled, no retry)", job.name, message.id
+        )
+        return State.DEAD
+    return State.COMPLETED
