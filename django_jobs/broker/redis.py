@@ -357,6 +357,23 @@ class RedisBroker(ScriptCalls):
         keys = [workers(namespace), worker(namespace, worker_id)]
         self._run("beat", keys, args)
 
+    def unregister(self, worker_id: str) -> None:
+        """Remove a worker from the registry (a stopping worker's last call)."""
+        namespace = self.settings.namespace
+        with self.unavailable():
+            pipe = self.client.pipeline(transaction=False)
+            pipe.delete(worker(namespace, worker_id))
+            pipe.zrem(workers(namespace), worker_id)
+            pipe.execute()
+
+    def pending_count(self, queues: Sequence[str]) -> int:
+        """How many tasks wait in the pending lists of queues, in one round trip."""
+        with self.unavailable(writes=False):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.llen(self.keys(queue).pending)
+            return sum(pipe.execute())
+
     # -- operator actions (through the Inspector) ------------------------------------------
 
     def run_now(self, queue: str, task_id: str, state: str) -> bool:

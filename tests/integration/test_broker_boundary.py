@@ -1,0 +1,68 @@
+"""The broker calls that replace raw client use outside broker/ (issue 13): the worker's burst
+check and registry removal, on the real Redis and with Redis unavailable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_jobs.broker.redis import RedisBroker, connect
+from django_jobs.client import get_broker
+from django_jobs.conf import get_settings
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+from django_jobs.keys import worker, workers
+from tests.conftest import RedisNamespace, free_port
+
+
+@pytest.fixture
+def nowhere(settings: Any) -> RedisBroker:
+    """A broker whose Redis does not answer (nothing listens at its port)."""
+    settings.JOBS = {"REDIS_URL": f"redis://127.0.0.1:{free_port()}/0", "ENQUEUE_TIMEOUT": 0.5}
+    jobs = get_settings()
+    assert jobs.redis_url is not None
+    return RedisBroker(connect(jobs.redis_url, jobs.enqueue_timeout), jobs)
+
+
+def test_pending_count__sums_the_pending_lists_of_the_queues(redis_ns: RedisNamespace) -> None:
+    broker = get_broker()
+    redis_ns.client.rpush(broker.keys("default").pending, "a", "b")
+    redis_ns.client.rpush(broker.keys("low").pending, "c")
+    redis_ns.client.rpush(broker.keys("other").pending, "d")
+
+    assert broker.pending_count(["default", "low"]) == 3
+    assert broker.pending_count(["empty"]) == 0
+
+
+def test_pending_count__wrong_typed_pending_key_is_refused_by_name(
+    redis_ns: RedisNamespace,
+) -> None:
+    broker = get_broker()
+    redis_ns.client.set(broker.keys("default").pending, "x")
+
+    with pytest.raises(BrokerRefused, match="WRONGTYPE"):
+        broker.pending_count(["default"])
+
+
+def test_pending_count__redis_unavailable_is_a_read_error(nowhere: RedisBroker) -> None:
+    with pytest.raises(BrokerUnavailable) as caught:
+        nowhere.pending_count(["default"])
+
+    assert "may still have been applied" not in str(caught.value)
+
+
+def test_unregister__removes_the_worker_from_the_registry(redis_ns: RedisNamespace) -> None:
+    broker = get_broker()
+    broker.beat("w1", {"pid": 1}, 30)
+    broker.beat("w2", {"pid": 2}, 30)
+
+    broker.unregister("w1")
+
+    assert redis_ns.client.zrange(workers(redis_ns.namespace), 0, -1) == [b"w2"]
+    assert not redis_ns.client.exists(worker(redis_ns.namespace, "w1"))
+    assert redis_ns.client.exists(worker(redis_ns.namespace, "w2"))
+
+
+def test_unregister__redis_unavailable_raises_broker_unavailable(nowhere: RedisBroker) -> None:
+    with pytest.raises(BrokerUnavailable, match="may still have been applied"):
+        nowhere.unregister("w1")
