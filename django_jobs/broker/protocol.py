@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 
@@ -30,18 +31,26 @@ class Delivery:
     problem: str = ""
 
 
+class Action(StrEnum):
+    """What a verdict writes; the values are the names of the scripts that write them."""
+
+    ACK = "ack"
+    RETRY = "retry"
+    KILL = "kill"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What to write for a finished run: "ack", "retry" or "kill", under the run's epoch.
+    """What to write for a finished run (ack, retry or kill), under the run's epoch.
 
-    A worker child decides it; the supervisor writes it (in one round trip with the others).
+    The worker's outcome policy decides it; whoever ran the task writes it.
     """
 
     task_id: str
     queue: str
     epoch: str
     job: str
-    action: str
+    action: Action
     #: ack: seconds to keep the completed task.
     retention: float = 0.0
     #: retry: seconds until the next run.

@@ -16,7 +16,7 @@ from django_jobs.broker.connection import (
     wrong_key,
 )
 from django_jobs.broker.connection import connect as connect
-from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest, Verdict
+from django_jobs.broker.protocol import Accepted, Action, Delivery, EnqueueRequest, Verdict
 from django_jobs.broker.wire import ScriptCalls
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
@@ -47,7 +47,7 @@ def _count(value: bytes) -> int:
 
 
 def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
-    return Verdict(delivery.id, delivery.queue, delivery.epoch, "", action, **fields)
+    return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
 class RedisBroker(ScriptCalls):

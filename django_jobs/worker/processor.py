@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from django_jobs.broker.protocol import Delivery, Verdict
+from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import LeaseLost, UnknownJob
 from django_jobs.execution import run_inline as run_inline  # client.py's import, until it moves
@@ -196,7 +196,7 @@ def write_timed_out(broker: RedisBroker, delivery: Delivery, timeout: float) -> 
 
 
 def _verdict(delivery: Delivery, job: str, action: str, **fields: Any) -> Verdict:
-    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, action, **fields)
+    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, Action(action), **fields)
 
 
 def _kill(delivery: Delivery, job: str, error: str) -> Verdict:
