@@ -1047,7 +1047,7 @@ def test_recover__expired_leases_back_to_pending_or_dead(redis_ns: RedisNamespac
                     started_at="now",
                     died_at="now",
                     failed_at="now",
-                    error="crashed its worker 3 times (its lease expired each time)",
+                    error="crashed its worker 3 times: its lease expired",
                     traceback="",
                 ),
             ),

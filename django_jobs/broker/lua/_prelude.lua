@@ -22,13 +22,28 @@ local function count(key, ttl)
     redis.call('EXPIRE', key, ttl)  -- a new day's counter
   end
 end
--- wake(key): leave a wake-up token for an idle worker (a token per idle worker is plenty). A
--- wake key of the wrong type is skipped: a token is a hint, workers also look on their own.
-local function wake(key)
-  local n = redis.pcall('LPUSH', key, '1')
-  if type(n) == 'number' and n > 64 then
+-- wake(key, n): leave n wake-up tokens (default 1) for idle workers, at most 64 in all (a token
+-- per idle worker is plenty). A wake key of the wrong type is skipped: a token is a hint, workers
+-- also look on their own. The one place a script pushes a token.
+local function wake(key, n)
+  local len
+  if n and n > 1 then
+    local tokens = {}
+    for i = 1, math.min(n, 64) do
+      tokens[i] = '1'
+    end
+    len = redis.pcall('LPUSH', key, unpack(tokens))
+  else
+    len = redis.pcall('LPUSH', key, '1')
+  end
+  if type(len) == 'number' and len > 64 then
     redis.call('LTRIM', key, 0, 63)
   end
+end
+-- clock(): Redis' own time now, in epoch seconds (every script's clock: never the caller's).
+local function clock()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
 -- bump(key, field): add one to a counter field of a task record and return it. A field written
 -- by hand as garbage counts as 0 (as the Python side reads it), so it starts over at 1.
@@ -83,4 +98,53 @@ local function range(key, ...)
     return nil, wrong_type(key, 'zset')
   end
   return ids
+end
+-- held(key, epoch, done, gone): the stale-epoch guard every outcome script opens with (ack,
+-- retry, kill, requeue), before any write. Returns true when task record `key` is active under
+-- `epoch` (the caller still holds the run: go on); else the reply to return at once, nothing
+-- written: 1 when the record is already in state `done` under that epoch (a replay of this very
+-- call, retried by redis-py after a timeout; false: no replay to recognise), `gone` when the
+-- record has no state (default 0), 0 when the task is no longer this caller's (recovered and
+-- handed on: another epoch; or not active), or the error when the key is not a hash.
+local function held(key, epoch, done, gone)
+  local f, bad = fields(key, 'state', 'epoch')
+  if not f then
+    return bad
+  end
+  if not f[1] then
+    return gone or 0
+  end
+  if f[2] == epoch and f[1] == done then
+    return 1
+  end
+  if f[1] ~= 'active' or f[2] ~= epoch then
+    return 0
+  end
+  return true
+end
+-- back(key, id, pending, wakekey): file task `id` (record `key`) as pending at the head of the
+-- line (it has waited longest) and leave a wake-up token. Returns 'pending'.
+local function back(key, id, pending, wakekey)
+  redis.call('HSET', key, 'state', 'pending')
+  redis.call('RPUSH', pending, id)
+  wake(wakekey)
+  return 'pending'
+end
+-- crashed(key, id, budget, why, pending, dead, wakekey): the crash-count rule, the one place it
+-- is written (recover: a lease expired; requeue: the supervisor saw the child die). A crash is
+-- not a failure: no attempt is spent, but it is counted, and the task whose crashes reach
+-- `budget` (MAX_CRASHES) goes dead with the error "crashed its worker N times: <why>", so it
+-- cannot loop forever; else it goes `back` to pending. The caller has taken the id out of active
+-- and lease and moved the epoch on, and checked the types of pending and dead. Returns 'dead' or
+-- 'pending'.
+local function crashed(key, id, budget, why, pending, dead, wakekey)
+  local crashes = bump(key, 'crashes')
+  if crashes < tonumber(budget) then
+    return back(key, id, pending, wakekey)
+  end
+  local now = clock()
+  redis.call('HSET', key, 'state', 'dead', 'died_at', tostring(now), 'failed_at', tostring(now),
+    'traceback', '', 'error', 'crashed its worker ' .. crashes .. ' times: ' .. why)
+  redis.call('ZADD', dead, now, id)
+  return 'dead'
 end

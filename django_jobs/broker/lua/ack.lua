@@ -14,20 +14,15 @@
 --          this caller's (stale epoch or not active): nothing changed; an error naming a key
 --          of KEYS[1..4] that has another type (nothing changed). A day counter that is not a
 --          number is skipped, not an error.
-local f, bad = fields(KEYS[1], 'state', 'epoch')
-if not f then
-  return bad
-end
-if (f[2] == ARGV[2] and f[1] == 'completed') or not f[1] then
-  -- A replay of this very call (redis-py retried it after a timeout); with retention 0 the
-  -- first call deleted the record. An active task's record is never deleted otherwise.
-  return 1
-end
-if f[1] ~= 'active' or f[2] ~= ARGV[2] then
-  return 0
+-- A record gone is a replay too: with retention 0 the first call deleted it (an active task's
+-- record is never deleted otherwise).
+local stale = held(KEYS[1], ARGV[2], 'completed', 1)
+if stale ~= true then
+  return stale
 end
 local id = ARGV[1]
 local retention = tonumber(ARGV[3])
+local bad
 if retention > 0 then
   bad = wrong_type(KEYS[4], 'zset')
 end
@@ -37,8 +32,7 @@ if bad then
 end
 count(KEYS[5], ARGV[4])
 if retention > 0 then
-  local t = redis.call('TIME')
-  local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  local now = clock()
   redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', tostring(now))
   redis.call('ZADD', KEYS[4], now + retention, id)
 else

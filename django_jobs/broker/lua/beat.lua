@@ -13,8 +13,7 @@ local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'hash')
 if bad then
   return bad
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = clock()
 local ttl = tonumber(ARGV[2])
 local fields = {}
 for i = 3, #ARGV do

@@ -24,8 +24,7 @@
 --          "<its type> <our type> <key>". A queue whose pending, active or lease key has another
 --          type is skipped (its tasks stay where they are; the next queues are served); a task
 --          whose record is not a hash is filed as dead (see `bury`) and not handed out.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = clock()
 local deadline = now + tonumber(ARGV[1])
 local left = tonumber(ARGV[2])
 local out = {}

@@ -37,8 +37,7 @@ elseif kind ~= 'none' then
   return wrong_type(KEYS[1], 'hash')
 end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = clock()
 local due = now
 if ARGV[4] ~= '' then
   due = tonumber(ARGV[4])

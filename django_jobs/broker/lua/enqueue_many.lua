@@ -27,8 +27,7 @@ for i = 4, #KEYS do
     return wrong_type(KEYS[i], 'hash')
   end
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = clock()
 local due = now
 if ARGV[2] ~= '' then
   due = tonumber(ARGV[2])
@@ -52,11 +51,6 @@ for _, i in ipairs(new) do
   end
 end
 if state == 'pending' and #new > 0 then
-  for _ = 1, math.min(#new, 64) do
-    if type(redis.pcall('LPUSH', KEYS[3], '1')) ~= 'number' then
-      break  -- a wake key of another type: no tokens
-    end
-  end
-  redis.pcall('LTRIM', KEYS[3], 0, 63)
+  wake(KEYS[3], #new)
 end
 return {state, #new}

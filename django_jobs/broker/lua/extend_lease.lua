@@ -10,8 +10,7 @@
 --          outcome was written a moment ago, or deleted with retention 0) is neither extended
 --          nor lost. A record that is not a hash (overwritten by hand) is lost; an error names
 --          KEYS[1] if it is not a sorted set (nothing changed).
-local t = redis.call('TIME')
-local deadline = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[2])
+local deadline = clock() + tonumber(ARGV[2])
 local lost = {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]

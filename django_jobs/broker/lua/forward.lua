@@ -10,8 +10,7 @@
 -- Returns  the number of tasks moved (call again while it equals twice the limit); an error
 --          naming a key of KEYS[1..3] that has another type (nothing changed). A wake key of
 --          another type is skipped.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = clock()
 local due = {}
 for i = 1, 2 do
   local ids, bad = range(KEYS[i], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[2])

@@ -9,8 +9,7 @@
 -- ARGV[4]  most tasks to delete from each set in this call
 -- Returns  the number of tasks deleted (call again while it is not below the limit); an error
 --          naming a key of KEYS that has another type (nothing changed).
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local now = clock()
 local limit = tonumber(ARGV[4])
 local function purge(set, ids)
   for _, id in ipairs(ids) do

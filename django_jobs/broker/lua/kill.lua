@@ -16,20 +16,13 @@
 -- Returns  1 when moved to dead (also when replayed after it applied); 0 when the task is no
 --          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
 --          another type (nothing changed).
-local f, bad = fields(KEYS[1], 'state', 'epoch')
-if not f then
-  return bad
-end
-if f[2] == ARGV[2] and f[1] == 'dead' then
-  return 1  -- a replay of this very call (redis-py retried it after a timeout)
-end
-if f[1] ~= 'active' or f[2] ~= ARGV[2] then
-  return 0
+local stale = held(KEYS[1], ARGV[2], 'dead')
+if stale ~= true then
+  return stale
 end
 local id = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-bad = wrong_type(KEYS[4], 'zset') or take(KEYS[2], KEYS[3], id)
+local now = clock()
+local bad = wrong_type(KEYS[4], 'zset') or take(KEYS[2], KEYS[3], id)
 if bad then
   return bad
 end

@@ -1,7 +1,7 @@
 #!lua
 -- requeue: put an active task back in pending at once, without spending an attempt.
 -- Used on graceful shutdown (not a crash) and when the supervisor sees a child die under its
--- task (a crash: counted, and past the crash budget the task goes dead).
+-- task (a crash: the rule of `crashed` in _prelude.lua, shared with recover).
 --
 -- KEYS[1]  <ns>:{<q>}:t:<id>        task record
 -- KEYS[2]  <ns>:{<q>}:active        list
@@ -16,32 +16,17 @@
 -- ARGV[5]  the reason, kept as the error when the task goes dead
 -- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed; an
 --          error naming a key of KEYS[1..5] that has another type (nothing changed).
-local f, bad = fields(KEYS[1], 'state', 'epoch')
-if not f then
-  return bad
-end
-if f[1] ~= 'active' or f[2] ~= ARGV[2] then
-  return 0
+local stale = held(KEYS[1], ARGV[2], false)
+if stale ~= true then
+  return stale
 end
 local id = ARGV[1]
-bad = wrong_type(KEYS[4], 'list', KEYS[5], 'zset') or take(KEYS[2], KEYS[3], id)
+local bad = wrong_type(KEYS[4], 'list', KEYS[5], 'zset') or take(KEYS[2], KEYS[3], id)
 if bad then
   return bad
 end
 bump(KEYS[1], 'epoch')
 if ARGV[3] == '1' then
-  local crashes = bump(KEYS[1], 'crashes')
-  if crashes >= tonumber(ARGV[4]) then
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-    redis.call('HSET', KEYS[1], 'state', 'dead', 'died_at', tostring(now),
-      'failed_at', tostring(now), 'traceback', '',
-      'error', 'crashed its worker ' .. crashes .. ' times: ' .. ARGV[5])
-    redis.call('ZADD', KEYS[5], now, id)
-    return 'dead'
-  end
+  return crashed(KEYS[1], id, ARGV[4], ARGV[5], KEYS[4], KEYS[5], KEYS[6])
 end
-redis.call('HSET', KEYS[1], 'state', 'pending')
-redis.call('RPUSH', KEYS[4], id)
-wake(KEYS[6])
-return 'pending'
+return back(KEYS[1], id, KEYS[4], KEYS[6])

@@ -1,0 +1,54 @@
+"""The broker scripts' shared pieces are written once, in _prelude.lua, and composed in
+(issue 13): the stale-epoch guard, the wake-up token push, the crash-count rule, the clock."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from django_jobs.broker import scripts
+
+#: A piece, and a pattern that finds it written out again in a script's own body.
+PIECES = {
+    "held": r"fields\([^,]+, 'state', 'epoch'\)",
+    "wake": r"'LPUSH', [^,]+, '1'",
+    "crashed": r"crashed its worker",
+    "clock": r"redis\.call\('TIME'\)",
+}
+
+
+def bodies() -> dict[str, str]:
+    return {name: body for name, (_, body) in scripts._PARTS.items()}
+
+
+@pytest.mark.parametrize("piece", sorted(PIECES))
+def test_script_bodies__a_shared_piece_is_not_written_again(piece: str) -> None:
+    again = [name for name, body in bodies().items() if re.search(PIECES[piece], body)]
+
+    assert again == []
+    assert re.search(PIECES[piece], scripts.HELPERS[piece])
+
+
+@pytest.mark.parametrize(
+    ("script", "pieces"),
+    [
+        ("ack", {"held", "clock"}),
+        ("retry", {"held", "clock"}),
+        ("kill", {"held", "clock"}),
+        ("requeue", {"held", "crashed", "back", "wake"}),
+        ("recover", {"crashed", "back", "wake", "clock"}),
+        ("enqueue_many", {"wake", "clock"}),
+        ("forward", {"wake", "clock"}),
+        ("run_now", {"wake"}),
+    ],
+)
+def test_script_sources__compose_the_pieces_they_call(script: str, pieces: set[str]) -> None:
+    defined = set(re.findall(r"^local function (\w+)\(", scripts.SOURCES[script], re.M))
+
+    assert pieces <= defined
+
+
+def test_prelude__every_piece_has_its_contract_comment() -> None:
+    for name, text in scripts.HELPERS.items():
+        assert f"\n-- {name}(" in f"\n{text}", name
