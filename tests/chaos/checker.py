@@ -194,15 +194,24 @@ def spans(log: Log, faults: Iterable[Fault]) -> dict[str, list[Span]]:
                 own = after.job_id == line.job_id and after.event != "start"
                 span = Span(line, after.time, after.event if own else "next")
             else:
-                hits = [f for f in faults if pid in f.pids and f.end >= line.time]
-                first = min(hits, key=lambda f: f.end, default=None)
-                span = (
-                    Span(line, first.end, f"hit by {first.kind}")
-                    if first is not None
-                    else Span(line, math.inf, "never ended")
-                )
+                span = _last_span(line, [f for f in faults if pid in f.pids])
             runs[line.job_id].append(span)
     return runs
+
+
+def _last_span(line: Execution, hits: list[Fault]) -> Span:
+    """The span of a process's last line, a "start": it ended when a fault hit the process.
+
+    A kill is dated just before it is sent, so a process may write a "start" between that time
+    and its death: if every fault on it is dated before the line, the last one killed it then.
+    """
+    later = [f for f in hits if f.end >= line.time]
+    if later:
+        first = min(later, key=lambda f: f.end)
+        return Span(line, first.end, f"hit by {first.kind}")
+    if hits:
+        return Span(line, line.time, f"hit by {hits[-1].kind} as it started")
+    return Span(line, math.inf, "never ended")
 
 
 def _describe(a: Span, b: Span, until: float) -> str:

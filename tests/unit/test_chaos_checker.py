@@ -74,6 +74,15 @@ def test_spans__a_killed_run_ends_at_the_kill(tmp_path: Path) -> None:
     assert concurrent(log, [kill]) == ([], [])
 
 
+def test_spans__a_start_written_as_the_kill_was_sent_ends_there(tmp_path: Path) -> None:
+    # The kill is dated before os.kill: the child wrote "start" in between, then died
+    log = write(tmp_path, "start a 1 1.00001 w0", "start a 2 1.01 w0", "done a 2 1.02 w0")
+    kill = Fault("kill -9 child", T0 + 1, T0 + 1, frozenset({1}), 1)
+    (first, _second) = sorted(spans(log, [kill])["a"], key=lambda s: s.start.time)
+    assert first.end == first.start.time
+    assert concurrent(log, [kill]) == ([], [])
+
+
 def test_spans__a_run_with_no_end_never_ended(tmp_path: Path) -> None:
     log = write(tmp_path, "start a 1 0 w0", "start a 2 4 w1", "done a 2 5 w1")
     (first, _second) = sorted(spans(log, [])["a"], key=lambda s: s.start.time)
