@@ -128,3 +128,15 @@ class MailNotConfigured(JobsError, ImproperlyConfigured):
     a mailer that really sends; before 6.1, set JOBS["EMAIL_BACKEND"] to the backend that really
     sends (for example "django.core.mail.backends.smtp.EmailBackend").
     """
+
+
+class TaskRunning(JobsError, ValueError):
+    """The task is running (active), so it cannot be deleted now; wait until it finishes."""
+
+    def __init__(self, task_id: str, queue: str) -> None:
+        self.task_id = task_id
+        self.queue = queue
+        super().__init__(
+            f"Task {task_id} of queue {queue} is running (active) and cannot be deleted; wait "
+            f"until it finishes, then delete it."
+        )
