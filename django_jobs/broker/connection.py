@@ -1,7 +1,8 @@
 """Connecting to Redis, and saying what went wrong in words a user can act on.
 
 - `redact` is the one way a Redis URL reaches text (the banner, logs, error messages, the
-  admin's and the API's 503 pages).
+  admin's and the API's 503 pages). It lives in django_jobs.conf.redact, below the settings'
+  check E003 that uses it too, and is imported here for the rest.
 - `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable`, or
   `BrokerRefused` when Redis answered with an error (out of memory, a key of the wrong type in
   our namespace, ACL, a read-only replica): a worker backs off on either, and an enqueue raises a
@@ -12,63 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import unquote_plus, urlsplit
 
 import redis
 from redis.backoff import NoBackoff
-from redis.connection import parse_url
 from redis.exceptions import NoPermissionError, OutOfMemoryError, ReadOnlyError, ResponseError
 from redis.retry import Retry
 
+from django_jobs.conf.redact import redact as redact
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
 
-#: What a password becomes in text.
-HIDDEN = "***"
 #: The error code our scripts reply with when a key has the wrong type, before any write:
 #: "WRONGKEY <its type> <the type we keep there> <key>" (the key last: it may hold spaces).
 WRONG_KEY = "WRONGKEY"
 NOTHING_CHANGED = "nothing was changed"
 NOTHING_ENQUEUED = "nothing was enqueued"
-
-
-def redact(url: str) -> str:
-    """Return a Redis URL with its password hidden, in every form redis-py reads one from.
-
-    The password in the user part (`redis://:pw@h`, `redis://user:pw@h`, a bare `redis://pw@h`)
-    and the `password` query parameter (`redis://h/0?password=pw`, `unix:///r.sock?password=pw`)
-    become ***; the rest is kept so the URL still says where Redis is. A URL that does not parse
-    the way redis-py reads it shows only its scheme.
-    """
-    if not url:
-        return url
-    scheme = url.partition("://")[0] if "://" in url else ""
-    try:
-        parts = urlsplit(url)
-        # Raises ValueError for what redis-py would not read either (an unknown scheme is fine:
-        # a sentinel or cluster form is rebuilt by urllib alone).
-        password = None
-        if parts.scheme in ("redis", "rediss", "unix"):
-            password = parse_url(url).get("password")  # type: ignore[no-untyped-call]
-        userinfo, at, host = parts.netloc.rpartition("@")
-        netloc = parts.netloc
-        if at:
-            user, colon, _ = userinfo.partition(":")
-            netloc = f"{user}:{HIDDEN}@{host}" if colon else f"{HIDDEN}@{host}"
-        query = "&".join(
-            f"{piece.partition('=')[0]}={HIDDEN}"
-            if unquote_plus(piece.partition("=")[0]).lower() == "password"
-            else piece
-            for piece in parts.query.split("&")
-        )
-        rest = parts.path + (f"?{query}" if parts.query else "")
-        rest += f"#{parts.fragment}" if parts.fragment else ""
-        shown = f"{parts.scheme}://{netloc}{rest}"
-    except ValueError:
-        return f"{scheme}://{HIDDEN}" if scheme else HIDDEN
-    # An "@" left after the host means a password with a "/", "?" or "#" in it, cut where
-    # urllib thought the host ended: show nothing rather than a piece of it.
-    leaked = "@" in rest.replace(f"={HIDDEN}", "") or (password and password in shown)
-    return f"{parts.scheme}://{HIDDEN}" if leaked else shown
 
 
 def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:

@@ -13,8 +13,7 @@ from django.apps import AppConfig
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, register
 
-from django_jobs.checks import QUEUED_BACKEND, settings_errors
-from django_jobs.conf import raw_settings
+from django_jobs.conf import QUEUED_BACKEND, raw_settings, settings_errors
 
 
 def _error(id_: int, msg: str, hint: str) -> Error:

@@ -50,7 +50,9 @@ def test_check_settings__valid_settings_pass(jobs: dict[str, Any]) -> None:
         ({"MAX_ATTEMPTS": 2.5}, ["django_jobs.E007"]),
         ({"MAX_ATTEMPTS": True}, ["django_jobs.E007"]),
         ({"WHEN_DISABLED": "later"}, ["django_jobs.E008"]),
-        ({"SCHEDULE": []}, ["django_jobs.E009"]),
+        ({"SCHEDULE": {}}, ["django_jobs.E002"]),
+        ({"FLOW_REPLAY_LEASE": 30}, ["django_jobs.E002"]),
+        ({"ENQUEUE_ON_COMMIT": 1}, ["django_jobs.E016"]),
         ({"LEASE": 10, "HEARTBEAT_INTERVAL": 10}, ["django_jobs.E010"]),
     ],
 )
@@ -93,3 +95,20 @@ def test_check_database_connections__warns_past_max_connections() -> None:
     expected = ["django_jobs.W001"] if connection.vendor == "postgresql" else []
     assert [m.id for m in messages] == expected
     assert quiet == []
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://host:6379/0?password=hunter2",
+        "localhost:6379?password=hunter2",
+        "http://user:hunter2@host:6379",
+        "sentinel://:hunter2@host:26379",
+    ],
+)
+def test_check_settings__unknown_scheme_url_is_redacted(url: str) -> None:
+    with override_settings(JOBS={"REDIS_URL": url}):
+        (message,) = check_settings()
+    assert message.id == "django_jobs.E003"
+    assert "hunter2" not in message.msg
+    assert "host" in message.msg

@@ -1,28 +1,17 @@
-"""The JOBS setting as one typed, frozen object.
+"""Every key of JOBS with its default, and which kind of value each one takes.
 
-Read lazily on first use and dropped whenever Django's `setting_changed` fires for JOBS, so
-`override_settings(JOBS=...)` works in tests. Validation lives in `checks.py`: a bad value is a
-system check error at start-up, and `get_settings()` raises the same messages as
-`ImproperlyConfigured` if something reads the settings without the checks having run.
-
-Durations accept a number of seconds or a `timedelta`; they are stored as float seconds.
+One place: docs/configuration.rst mirrors this table, `validation` checks values against it and
+`django_jobs.conf` builds the typed settings from it.
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
-#: Every key of JOBS with its default. One place: docs/configuration.rst mirrors this table.
 DEFAULTS: dict[str, Any] = {
-    # Redis URL (redis://, rediss:// or unix://). None or "": jobs, cron and the cache are off.
+    # Redis URL (redis://, rediss:// or unix://). None or "": jobs and the Redis cache are off.
     "REDIS_URL": None,
     # Prefix of every Redis key; two projects on one Redis need two namespaces.
     "NAMESPACE": "jobs",
@@ -42,8 +31,8 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 65536,
     # What enqueue does when REDIS_URL is unset: "inline" (run now), "skip" or "raise".
     "WHEN_DISABLED": "inline",
-    # Cron entries: name -> {"job": dotted path or registered name, "cron": "*/5 * * * *", ...}.
-    "SCHEDULE": {},
+    # Whether an enqueue inside atomic() waits for the commit by default (on_commit=None).
+    "ENQUEUE_ON_COMMIT": False,
     # Seconds an enqueue may wait for Redis before raising BrokerUnavailable.
     "ENQUEUE_TIMEOUT": 5,
     # Seconds a worker's claim on a running task lasts unless renewed.
@@ -72,8 +61,6 @@ DEFAULTS: dict[str, Any] = {
     # Tasks a child runs before it is replaced (0: never), and its memory ceiling in MiB (0: none).
     "MAX_TASKS_PER_CHILD": 0,
     "MAX_MEMORY_PER_CHILD": 0,
-    # Seconds a flow replay lease lasts unless renewed.
-    "FLOW_REPLAY_LEASE": 30,
     # Seconds a ProcessedTask row (written by once(), atomic jobs and mail) is kept.
     "PROCESSED_RETENTION": 30 * 86400,
     # Before Django 6.1 (no MAILERS): the dotted path of the backend that really sends the mail
@@ -81,6 +68,13 @@ DEFAULTS: dict[str, Any] = {
     "EMAIL_BACKEND": None,
     # The queue of the jobs that deliver queued mail.
     "EMAIL_QUEUE": "critical",
+}
+
+#: Keys of the design that nothing reads yet, with the feature that will: setting one is check
+#: E002 saying so, rather than a value silently ignored.
+NOT_BUILT: dict[str, str] = {
+    "SCHEDULE": "cron schedules",
+    "FLOW_REPLAY_LEASE": "flows",
 }
 
 #: Keys whose value is a duration in seconds (a number or a timedelta).
@@ -100,7 +94,6 @@ DURATIONS = frozenset(
         "DEAD_MAX_AGE",
         "UNKNOWN_JOB_DELAY",
         "UNKNOWN_JOB_GRACE",
-        "FLOW_REPLAY_LEASE",
         "PROCESSED_RETENTION",
     }
 )
@@ -118,49 +111,12 @@ COUNTS = frozenset(
         "MAX_MEMORY_PER_CHILD",
     }
 )
+#: Keys whose value is True or False.
+FLAGS = frozenset({"ENQUEUE_ON_COMMIT"})
 WHEN_DISABLED_CHOICES = ("inline", "skip", "raise")
-
-
-@dataclass(frozen=True, slots=True)
-class JobsSettings:
-    """The validated JOBS setting; durations in seconds."""
-
-    #: Left out of repr: it may hold a password, and a repr reaches tracebacks and debug pages.
-    redis_url: str | None = field(repr=False)
-    namespace: str
-    queues: tuple[str, ...]
-    concurrency: int
-    max_attempts: int
-    timeout: float
-    retention: float
-    idempotency_window: float
-    max_payload_bytes: int
-    when_disabled: str
-    schedule: dict[str, Any]
-    enqueue_timeout: float
-    lease: float
-    heartbeat_interval: float
-    recoverer_interval: float
-    forwarder_interval: float
-    janitor_interval: float
-    shutdown_timeout: float
-    timeout_grace: float
-    max_crashes: int
-    dead_max_tasks: int
-    dead_max_age: float
-    unknown_job_delay: float
-    unknown_job_grace: float
-    max_tasks_per_child: int
-    max_memory_per_child: int
-    flow_replay_lease: float
-    processed_retention: float
-    email_backend: str | None
-    email_queue: str
-
-    @property
-    def enabled(self) -> bool:
-        """Whether jobs run through Redis (REDIS_URL is set)."""
-        return self.redis_url is not None
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: The dotted path of django_jobs.mail.QueuedEmailBackend (named, not imported: layers).
+QUEUED_BACKEND = "django_jobs.mail.QueuedEmailBackend"
 
 
 def raw_settings() -> dict[str, Any]:
@@ -169,39 +125,3 @@ def raw_settings() -> dict[str, Any]:
     if not isinstance(user, dict):
         return {"__invalid__": user}
     return {**DEFAULTS, **user}
-
-
-def to_seconds(value: float | timedelta) -> float:
-    """Return a duration given as seconds or a timedelta, in seconds."""
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    return float(value)
-
-
-@functools.cache
-def get_settings() -> JobsSettings:
-    """Return the current JOBS settings, validated (raises ImproperlyConfigured if invalid)."""
-    from django_jobs.checks import settings_errors
-
-    errors = settings_errors()
-    if errors:
-        lines = [f"{e.id}: {e.msg} HINT: {e.hint}" for e in errors]
-        raise ImproperlyConfigured("Invalid JOBS setting:\n" + "\n".join(lines))
-    raw = raw_settings()
-    values: dict[str, Any] = {}
-    for key in DEFAULTS:
-        value = raw[key]
-        if key in DURATIONS:
-            value = to_seconds(value)
-        elif key == "QUEUES":
-            value = tuple(value)
-        elif key == "REDIS_URL":
-            value = value or None
-        values[key.lower()] = value
-    return JobsSettings(**values)
-
-
-@receiver(setting_changed)
-def _reset(*, setting: str, **kwargs: object) -> None:
-    if setting == "JOBS":
-        get_settings.cache_clear()

@@ -1,0 +1,129 @@
+"""The JOBS setting as one typed, frozen object.
+
+Read lazily on first use and dropped whenever Django's `setting_changed` fires for JOBS, so
+`override_settings(JOBS=...)` works in tests. The table of keys and defaults is in `defaults`,
+the validation beside it in `validation`: a bad value is a system check error at start-up
+(`django_jobs.checks` reports `settings_errors()`), and `get_settings()` raises the same messages
+as `ImproperlyConfigured` if something reads the settings without the checks having run.
+
+Durations accept a number of seconds or a `timedelta`; they are stored as float seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_jobs.conf.defaults import (
+    COUNTS,
+    DEFAULTS,
+    DURATIONS,
+    FLAGS,
+    NOT_BUILT,
+    QUEUED_BACKEND,
+    REDIS_SCHEMES,
+    WHEN_DISABLED_CHOICES,
+    ZERO_ALLOWED,
+    raw_settings,
+)
+from django_jobs.conf.validation import is_valid_count, is_valid_duration, settings_errors
+
+__all__ = [
+    "COUNTS",
+    "DEFAULTS",
+    "DURATIONS",
+    "FLAGS",
+    "NOT_BUILT",
+    "QUEUED_BACKEND",
+    "REDIS_SCHEMES",
+    "WHEN_DISABLED_CHOICES",
+    "ZERO_ALLOWED",
+    "JobsSettings",
+    "get_settings",
+    "is_valid_count",
+    "is_valid_duration",
+    "raw_settings",
+    "settings_errors",
+    "to_seconds",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class JobsSettings:
+    """The validated JOBS setting; durations in seconds."""
+
+    #: Left out of repr: it may hold a password, and a repr reaches tracebacks and debug pages.
+    redis_url: str | None = field(repr=False)
+    namespace: str
+    queues: tuple[str, ...]
+    concurrency: int
+    max_attempts: int
+    timeout: float
+    retention: float
+    idempotency_window: float
+    max_payload_bytes: int
+    when_disabled: str
+    enqueue_on_commit: bool
+    enqueue_timeout: float
+    lease: float
+    heartbeat_interval: float
+    recoverer_interval: float
+    forwarder_interval: float
+    janitor_interval: float
+    shutdown_timeout: float
+    timeout_grace: float
+    max_crashes: int
+    dead_max_tasks: int
+    dead_max_age: float
+    unknown_job_delay: float
+    unknown_job_grace: float
+    max_tasks_per_child: int
+    max_memory_per_child: int
+    processed_retention: float
+    email_backend: str | None
+    email_queue: str
+
+    @property
+    def enabled(self) -> bool:
+        """Whether jobs run through Redis (REDIS_URL is set)."""
+        return self.redis_url is not None
+
+
+def to_seconds(value: float | timedelta) -> float:
+    """Return a duration given as seconds or a timedelta, in seconds."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+@functools.cache
+def get_settings() -> JobsSettings:
+    """Return the current JOBS settings, validated (raises ImproperlyConfigured if invalid)."""
+    errors = settings_errors()
+    if errors:
+        lines = [f"{e.id}: {e.msg} HINT: {e.hint}" for e in errors]
+        raise ImproperlyConfigured("Invalid JOBS setting:\n" + "\n".join(lines))
+    raw = raw_settings()
+    values: dict[str, Any] = {}
+    for key in DEFAULTS:
+        value = raw[key]
+        if key in DURATIONS:
+            value = to_seconds(value)
+        elif key == "QUEUES":
+            value = tuple(value)
+        elif key == "REDIS_URL":
+            value = value or None
+        values[key.lower()] = value
+    return JobsSettings(**values)
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: object) -> None:
+    if setting == "JOBS":
+        get_settings.cache_clear()
