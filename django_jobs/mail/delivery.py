@@ -25,9 +25,8 @@ from django.template.base import Template as DjangoTemplate
 from django.template.loader_tags import BlockNode, ExtendsNode
 from django.utils.module_loading import import_string
 
-from django_jobs.checks import QUEUED_BACKEND
 from django_jobs.client import JobHandle
-from django_jobs.conf import get_settings
+from django_jobs.conf import QUEUED_BACKEND, get_settings
 from django_jobs.exceptions import MailNotConfigured, NotRetryable
 from django_jobs.idempotency import once
 from django_jobs.jobs import Job
