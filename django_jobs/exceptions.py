@@ -137,6 +137,6 @@ class TaskRunning(JobsError, ValueError):
         self.task_id = task_id
         self.queue = queue
         super().__init__(
-            f"Task {task_id} of queue {queue} is running (active) and cannot be deleted; wait "
-            f"until it finishes, then delete it."
+            f"Task {task_id} is running (active) and cannot be deleted; wait until it finishes, "
+            f"then delete it."
         )
