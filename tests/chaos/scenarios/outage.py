@@ -169,7 +169,7 @@ class Rival:
 
     def _sweep(self) -> None:
         try:
-            self.recovered = self.broker.recover("default")
+            self.recovered = [(i, str(state)) for i, state in self.broker.recover("default")]
         except BaseException as exc:
             self.error = exc
 
