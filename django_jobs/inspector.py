@@ -1,97 +1,62 @@
 """The one read/mutate API over the broker: the admin, the REST API and the CLI all use it.
 
-Reads cost a fixed number of round trips whatever the size of a queue: the depths of every queue
-in one pipeline, a page of tasks in two (ids by index, then their records). Changes go through
-the broker's scripts, so an operator's action is one atomic transition like any other. As in
-asynq's inspector, nothing here calls KEYS or SCAN.
-
-A record that cannot be decoded is listed with `decode_error` set instead of breaking a page:
-the admin is where an operator goes to find such a task and delete it.
+It holds the rules, the broker holds the queries (broker/inspect.py): which queues exist, which
+tasks may be retried (`may_retry`), the one task listing the admin and the API page through
+(`list_tasks`), and the batches of the "all dead" actions. Reads cost a fixed number of round
+trips whatever the size of a queue; changes go through the broker's scripts, so an operator's
+action is one atomic transition like any other.
 """
 
 from __future__ import annotations
 
-import json
-import typing
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
 
-from redis.client import NEVER_DECODE
-from redis.exceptions import ResponseError
-
-from django_jobs import keys
-from django_jobs.broker.redis import RedisBroker
+from django_jobs.broker.info import QueueInfo, RunningTask, TaskInfo, WorkerInfo, check_state
+from django_jobs.broker.protocol import Broker, Deleted
 from django_jobs.client import get_broker
-from django_jobs.exceptions import UnknownQueue
-from django_jobs.keys import QueueKeys, State, today
-from django_jobs.message import DecodeError, Message, decode
+from django_jobs.exceptions import TaskRunning, UnknownQueue
+from django_jobs.keys import State
+
+__all__ = [
+    "Inspector",
+    "QueueInfo",
+    "RunningTask",
+    "TaskInfo",
+    "TaskListing",
+    "TaskPage",
+    "WorkerInfo",
+    "get_inspector",
+    "may_retry",
+]
 
 #: Dead tasks read and handled per round by retry_all_dead and delete_all_dead.
 BATCH_SIZE = 500
 #: The largest page `tasks` serves.
 MAX_PER_PAGE = 1000
 
-#: States held in a list (newest on the left); the others are sorted sets.
-LISTS = frozenset({State.PENDING, State.ACTIVE})
-#: States from which "retry now" moves a task to pending.
-RUNNABLE = frozenset({State.SCHEDULED, State.RETRY, State.DEAD})
+#: The states an operator may retry a task from ("retry now", DESIGN.md section 4): a task
+#: waiting for its next attempt, or dead. The admin and the API both ask `may_retry`.
+RETRYABLE = frozenset({State.RETRY, State.DEAD})
+#: Why a task in another state was not retried, for the admin's messages and the API's 409.
+RETRY_RULE = "only dead and retrying tasks can be retried"
+
+#: The time each state's structure is ordered by, used to merge queues in `list_tasks`.
+TIME_FIELDS = {
+    State.SCHEDULED: "next_at",
+    State.PENDING: "enqueued_at",
+    State.ACTIVE: "started_at",
+    State.RETRY: "next_at",
+    State.DEAD: "died_at",
+    State.COMPLETED: "completed_at",
+}
 
 
-@dataclass(frozen=True, slots=True)
-class QueueInfo:
-    """One queue at a glance: tasks per state, paused flag, and today's counters (UTC day)."""
-
-    name: str
-    paused: bool
-    scheduled: int
-    pending: int
-    active: int
-    retry: int
-    dead: int
-    completed: int
-    #: Tasks completed today.
-    processed_today: int
-    #: Failed runs today (each retry and each death counts one).
-    failed_today: int
-
-    def count(self, state: str) -> int:
-        """Return the number of tasks in one state."""
-        _check_state(state)
-        value: int = getattr(self, state)
-        return value
-
-
-@dataclass(frozen=True, slots=True)
-class TaskInfo:
-    """One task as stored; job, payload and max_attempts are None if it cannot be decoded."""
-
-    id: str
-    queue: str
-    state: str
-    job: str | None
-    payload: dict[str, object] | None
-    #: Runs that failed (reset when a dead task is retried).
-    attempts: int
-    #: Times a worker died under the task.
-    crashes: int
-    max_attempts: int | None
-    idempotency_key: str | None
-    enqueued_at: datetime | None
-    started_at: datetime | None
-    #: When a scheduled task is due, or a retry's next attempt.
-    next_at: datetime | None
-    failed_at: datetime | None
-    died_at: datetime | None
-    completed_at: datetime | None
-    #: The last error, one line ("ValueError: ..."); kept when the task is retried.
-    error: str | None
-    traceback: str | None
-    #: Why the record cannot be decoded, or None when it can.
-    decode_error: str | None
-    #: The encoded message as stored (invalid UTF-8 replaced), to show a corrupt record.
-    raw: str
+def may_retry(state: str) -> bool:
+    """Whether an operator may retry (run now) a task in this state."""
+    return state in RETRYABLE
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,200 +70,60 @@ class TaskPage:
     has_next: bool
 
 
-@dataclass(frozen=True, slots=True)
-class RunningTask:
-    """A task a worker runs right now (as of its last heartbeat)."""
+@dataclass(frozen=True)
+class TaskListing:
+    """One answer of `list_tasks`: the tasks found, and where to go on from."""
 
-    id: str
+    items: list[TaskInfo]
+    #: Each unfinished queue's offset into the state, or None: nothing is left.
+    next_offsets: dict[str, int] | None
+    #: Tasks in the state in the queues listed, before any filter.
+    total: int
+    #: Task records read to answer.
+    scanned: int
+
+
+@dataclass
+class _Run:
+    """One queue's tasks in one state, read page by page from an offset."""
+
     queue: str
-    #: The job name, or None if the record is gone (finished since the beat) or undecodable.
-    job: str | None
+    offset: int  # index of the next task to hand out
+    read_to: int  # index after the last task read into `buffer`
+    more: bool = True  # whether the state has tasks past read_to
+    buffer: deque[TaskInfo] = field(default_factory=deque)
+
+    @property
+    def finished(self) -> bool:
+        return not self.buffer and not self.more
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerInfo:
-    """One live worker as its last heartbeat described it."""
-
-    id: str
-    host: str
-    pid: int
-    queues: tuple[str, ...]
-    concurrency: int
-    started_at: datetime | None
-    last_beat: datetime | None
-    #: One entry per busy slot; idle slots are concurrency - len(tasks).
-    tasks: tuple[RunningTask, ...]
-
-
-def _check_state(state: str) -> None:
-    if state not in State.ALL:
-        raise ValueError(f"Unknown state {state!r}: use one of {', '.join(State.ALL)}.")
-
-
-def _running(task_id: str) -> ValueError:
-    return ValueError(
-        f"Task {task_id} is running (active) and cannot be deleted; wait until it finishes, "
-        f"then delete it."
-    )
-
-
-def _time(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(float(value), UTC) if value else None
-    except (ValueError, OverflowError, OSError):
-        return None  # a corrupt field: show the task without that time rather than fail
-
-
-def _int(value: str | None) -> int:
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
-
-
-def _task_info(queue: str, task_id: str, record: dict[bytes, bytes], listed: str) -> TaskInfo:
-    """Build a TaskInfo from a raw record (bytes, so that invalid UTF-8 cannot break a page)."""
-    raw = record.get(b"msg", b"")
-    f = {
-        key.decode(errors="replace"): value.decode(errors="replace")
-        for key, value in record.items()
-    }
-    message: Message | None = None
-    problem: str | None = None
-    try:
-        message = decode(raw)
-    except DecodeError as exc:
-        problem = str(exc)
-    return TaskInfo(
-        id=task_id,
-        queue=queue,
-        state=f.get("state") or listed,
-        job=message.job if message else None,
-        payload=message.payload if message else None,
-        attempts=_int(f.get("attempts")),
-        crashes=_int(f.get("crashes")),
-        max_attempts=message.max_attempts if message else None,
-        idempotency_key=message.idempotency_key if message else None,
-        enqueued_at=_time(f.get("enqueued_at")),
-        started_at=_time(f.get("started_at")),
-        next_at=_time(f.get("next_at")),
-        failed_at=_time(f.get("failed_at")),
-        died_at=_time(f.get("died_at")),
-        completed_at=_time(f.get("completed_at")),
-        error=f.get("error") or None,
-        traceback=f.get("traceback") or None,
-        decode_error=problem,
-        raw=f.get("msg", ""),
-    )
-
-
-def _running_tasks(value: str | None) -> list[tuple[str, str]]:
-    """(id, queue) of each task in a heartbeat's task list, skipping malformed entries."""
-    try:
-        entries = json.loads(value or "[]")
-    except ValueError:
-        return []
-    if not isinstance(entries, list):
-        return []
-    return [
-        (str(e["id"]), str(e["queue"]))
-        for e in entries
-        if isinstance(e, dict) and e.get("id") and e.get("queue")
-    ]
-
-
-def _job_name(raw: bytes | None) -> str | None:
-    try:
-        return decode(raw or b"").job
-    except DecodeError:
-        return None
+def _time_key(task: TaskInfo, state: str) -> float:
+    value: datetime | None = getattr(task, TIME_FIELDS[state])
+    return value.timestamp() if value is not None else float("-inf")
 
 
 class Inspector:
     """Read queues and tasks, and act on them (retry, delete, pause), through one broker."""
 
-    def __init__(self, broker: RedisBroker) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.client = broker.client
 
-    def _keys(self, queue: str) -> QueueKeys:
+    def _check_queue(self, queue: str) -> None:
         if queue not in self.broker.settings.queues:
             raise UnknownQueue(queue, self.broker.settings.queues)
-        return self.broker.keys(queue)
 
-    def _records(self, k: QueueKeys, ids: Sequence[str], field: str = "") -> list[Any]:
-        """Fetch whole records ({} when gone), or one field of each, in one round trip."""
-        # Any: redis-py's execute_command is untyped.
-        pipe: Any = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            # Undecoded, so a record holding invalid UTF-8 is reported instead of raising.
-            if field:
-                pipe.execute_command("HGET", k.task(task_id), field, **{NEVER_DECODE: True})
-            else:
-                pipe.execute_command("HGETALL", k.task(task_id), **{NEVER_DECODE: True})
-        with self.broker.unavailable(writes=False):
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-        for index, reply in enumerate(replies):
-            if isinstance(reply, ResponseError):
-                # A record key holding something else (written by hand): list the task with
-                # what is wrong instead of failing the whole page.
-                error = (
-                    f"its record {k.task(ids[index])!r} is not a hash: it is not one of ours "
-                    f"(written by hand or by another program?). Delete that key by hand "
-                    f"(redis-cli DEL); nothing else uses our namespace."
-                )
-                replies[index] = None if field else {b"error": error.encode()}
-        return replies
-
-    def _idempotency_key(self, k: QueueKeys, raw: bytes | None) -> str | None:
-        """The Redis key of the task's idempotency key, or None (none, or undecodable)."""
-        try:
-            message = decode(raw or b"")
-        except DecodeError:
+    def _idempotency_key(self, task: TaskInfo | None) -> str | None:
+        """The Redis key of the task's idempotency key, or None (none, undecodable, gone)."""
+        if not (task and task.job and task.idempotency_key):
             return None
-        if not message.idempotency_key:
-            return None
-        return k.idempotency(message.job, message.idempotency_key)
+        return self.broker.keys(task.queue).idempotency(task.job, task.idempotency_key)
 
     # -- reading ----------------------------------------------------------------------------
 
     def queues(self) -> list[QueueInfo]:
         """Return every configured queue, in priority order, with its depths and counters."""
-        names = self.broker.settings.queues
-        day = today()
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            k = self.broker.keys(name)
-            pipe.zcard(k.scheduled)
-            pipe.llen(k.pending)
-            pipe.llen(k.active)
-            pipe.zcard(k.retry)
-            pipe.zcard(k.dead)
-            pipe.zcard(k.completed)
-            pipe.exists(k.paused)
-            pipe.get(k.processed(day))
-            pipe.get(k.failed(day))
-        with self.broker.unavailable(writes=False):
-            replies = pipe.execute()
-        infos = []
-        for i, name in enumerate(names):
-            row = replies[i * 9 : i * 9 + 9]  # nine replies per queue, in the order sent above
-            scheduled, pending, active, retry, dead, completed, paused, processed, failed = row
-            infos.append(
-                QueueInfo(
-                    name=name,
-                    paused=bool(paused),
-                    scheduled=scheduled,
-                    pending=pending,
-                    active=active,
-                    retry=retry,
-                    dead=dead,
-                    completed=completed,
-                    processed_today=_int(processed),
-                    failed_today=_int(failed),
-                )
-            )
-        return infos
+        return self.broker.queue_infos(self.broker.settings.queues)
 
     def tasks(
         self,
@@ -314,29 +139,15 @@ class Inspector:
         Order is by the state's own time, latest first unless newest_first is False: enqueued
         (pending), started (active), due (scheduled, retry), died (dead), expiry (completed).
         """
-        k = self._keys(queue)
-        _check_state(state)
+        self._check_queue(queue)
+        check_state(state)
         if page < 1 or not 1 <= per_page <= MAX_PER_PAGE:
             raise ValueError(f"page must be 1 or more and per_page 1 to {MAX_PER_PAGE}")
         start, stop = (page - 1) * per_page, page * per_page - 1
-        key = k.state(state)
-        pipe = self.client.pipeline(transaction=False)
-        if state in LISTS and newest_first:
-            pipe.llen(key)
-            pipe.lrange(key, start, stop)
-        elif state in LISTS:  # counted from the right end, the oldest, then reversed
-            pipe.llen(key)
-            pipe.lrange(key, -stop - 1, -start - 1)
-        else:
-            pipe.zcard(key)
-            pipe.zrange(key, start, stop, desc=newest_first)
-        with self.broker.unavailable(writes=False):
-            total, ids = pipe.execute()
-        if state in LISTS and not newest_first:
-            ids.reverse()
-        records = self._records(k, ids)
+        total, ids = self.broker.state_ids(queue, state, start, stop, newest_first=newest_first)
+        infos = self.broker.task_infos(queue, ids, state)
         return TaskPage(
-            items=tuple(_task_info(queue, i, r, state) for i, r in zip(ids, records, strict=True)),
+            items=tuple(info for info in infos if info is not None),
             total=total,
             page=page,
             per_page=per_page,
@@ -345,9 +156,9 @@ class Inspector:
 
     def task(self, queue: str, task_id: str) -> TaskInfo | None:
         """Return one task in full, or None if it is not in this queue (any more)."""
-        k = self._keys(queue)
-        (record,) = self._records(k, [task_id])
-        return _task_info(queue, task_id, record, "") if record else None
+        self._check_queue(queue)
+        (info,) = self.broker.task_infos(queue, [task_id])
+        return info
 
     def find(self, task_id: str) -> TaskInfo | None:
         """Return a task from whichever configured queue holds it, or None."""
@@ -358,140 +169,162 @@ class Inspector:
         return None
 
     def workers(self) -> list[WorkerInfo]:
-        """Return the live workers (those whose heartbeat has not expired), in id order.
+        """Return the live workers (those whose heartbeat has not expired), in id order."""
+        return self.broker.workers()
 
-        Three round trips whatever the fleet: the registry, every worker's hash, then the job
-        name of every running task.
+    def list_tasks(
+        self,
+        state: str,
+        queues: tuple[str, ...],
+        *,
+        offsets: dict[str, int] | None = None,
+        job: str | None = None,
+        key_contains: str = "",
+        per_page: int = 50,
+        newest_first: bool = True,
+        chunk: int = 100,
+        budget: int = 1000,
+    ) -> TaskListing:
+        """The one task listing of the admin and the API: up to per_page tasks of `state` in
+        `queues`, merged on the state's time (`TIME_FIELDS`), newest first by default.
+
+        Filters: `job` (its exact name) and `key_contains` (part of the idempotency key). Each
+        queue is read `chunk` tasks per round trip; a call reads at most about `budget` task
+        records, then stops even if the page is not full, and says where to go on from:
+        `offsets` is None for the first page, else the next_offsets of the previous answer.
+        Tasks entering or leaving the state between two calls shift the offsets, as with any
+        offset paging over a live queue.
         """
-        namespace = self.broker.settings.namespace
-        with self.broker.unavailable(writes=False):
-            ids = sorted(
-                typing.cast("list[str]", self.client.zrange(keys.workers(namespace), 0, -1))
-            )
-        pipe = self.client.pipeline(transaction=False)
-        for worker_id in ids:
-            pipe.hgetall(keys.worker(namespace, worker_id))
-        with self.broker.unavailable(writes=False):
-            hashes: list[dict[str, str]] = pipe.execute()
-        # A worker that stopped beating keeps its registry entry until the next beat of any
-        # worker drops it, but its hash has expired: it is not listed.
-        found = [(i, h) for i, h in zip(ids, hashes, strict=True) if h]
-        running = [_running_tasks(h.get("tasks")) for _, h in found]
-        refs = [(q, t) for slots in running for (t, q) in slots]
-        tasks: Any = self.client.pipeline(transaction=False)  # Any: execute_command is untyped
-        for queue, task_id in refs:
-            key = self.broker.keys(queue).task(task_id)
-            tasks.execute_command("HGET", key, "msg", **{NEVER_DECODE: True})
-        with self.broker.unavailable(writes=False):
-            messages: list[bytes | None] = tasks.execute() if refs else []
-        jobs = {ref: _job_name(raw) for ref, raw in zip(refs, messages, strict=True)}
-        return [
-            WorkerInfo(
-                id=worker_id,
-                host=h.get("host", ""),
-                pid=_int(h.get("pid")),
-                queues=tuple(q for q in h.get("queues", "").split(",") if q),
-                concurrency=_int(h.get("concurrency")),
-                started_at=_time(h.get("started")),
-                last_beat=_time(h.get("last_beat")),
-                tasks=tuple(RunningTask(t, q, jobs.get((q, t))) for t, q in slots),
-            )
-            for (worker_id, h), slots in zip(found, running, strict=True)
-        ]
+        if offsets is None:
+            offsets = dict.fromkeys(queues, 0)
+        runs = [_Run(q, offsets[q], offsets[q]) for q in queues if q in offsets]
+        found: list[TaskInfo] = []
+        scanned = 0
+        while len(found) < per_page:
+            for run in runs:
+                if run.buffer or not run.more:
+                    continue
+                if scanned >= budget:
+                    break
+                # The page holding read_to; the tasks before read_to on it were handed out.
+                number = run.read_to // chunk + 1
+                page = self.tasks(
+                    run.queue, state, page=number, per_page=chunk, newest_first=newest_first
+                )
+                scanned += len(page.items)
+                fresh = page.items[run.read_to - (number - 1) * chunk :]
+                run.buffer.extend(fresh)
+                run.read_to += len(fresh)
+                run.more = page.has_next and bool(fresh)
+            else:
+                heads = [run for run in runs if run.buffer]
+                if not heads:
+                    break
+                pick = (max if newest_first else min)(
+                    heads, key=lambda r: _time_key(r.buffer[0], state)
+                )
+                task = pick.buffer.popleft()
+                pick.offset += 1
+                if (job is None or task.job == job) and key_contains in (
+                    task.idempotency_key or ""
+                ):
+                    found.append(task)
+                continue
+            break  # the budget is spent
+        left = {run.queue: run.offset for run in runs if not run.finished}
+        # One more round trip, for a total that does not depend on how far the cursor went.
+        total = sum(info.count(state) for info in self.queues() if info.name in queues)
+        return TaskListing(items=found, next_offsets=left or None, total=total, scanned=scanned)
 
     # -- acting -----------------------------------------------------------------------------
 
     def retry(self, queue: str, task_id: str) -> bool:
-        """Run a scheduled, retry or dead task now; False if it is in none of those states.
+        """Run a task now if `may_retry` allows its state; False if it does not (or it is gone).
 
         A dead task starts again with a fresh budget of attempts and crashes.
         """
-        k = self._keys(queue)
-        with self.broker.unavailable(writes=False):
-            state = self.client.hget(k.task(task_id), "state")
-        return state in RUNNABLE and self.broker.run_now(queue, task_id, state)
+        self._check_queue(queue)
+        state = self.broker.task_state(queue, task_id)
+        return state is not None and may_retry(state) and self.broker.run_now(queue, task_id, state)
 
     def delete(self, queue: str, task_id: str) -> bool:
         """Delete a task that is not running; False if it is gone (or moved twice meanwhile).
 
         Deleting releases the task's idempotency key (if it still holds it), so the same job can
-        be enqueued again with the same key at once, inside its window. Raises ValueError if the
-        task is running: wait until it finishes.
+        be enqueued again with the same key at once, inside its window. Raises TaskRunning if
+        the task is running: wait until it finishes.
         """
-        k = self._keys(queue)
+        self._check_queue(queue)
         # The task may move between this read and the script (a worker took it, the forwarder
-        # moved it); the script then answers "moved" and one more read catches up with it.
+        # moved it); the script then answers MOVED and one more read catches up with it.
         for _ in range(2):
-            (record,) = self._records(k, [task_id])
-            state = record.get(b"state", b"").decode(errors="replace")
-            if state not in State.ALL:  # gone (or a record without a state)
+            (task,) = self.broker.task_infos(queue, [task_id])
+            if task is None or task.state not in State.ALL:  # gone, or a record without a state
                 return False
-            if state == State.ACTIVE:
-                raise _running(task_id)
-            idem = self._idempotency_key(k, record.get(b"msg"))
-            reply = self.broker.delete(queue, task_id, state, idem)
-            if reply == State.ACTIVE:
-                raise _running(task_id)
-            if reply != "moved":
-                return bool(reply)
+            if task.state == State.ACTIVE:
+                raise TaskRunning(task_id, queue)
+            reply = self.broker.delete(queue, task_id, task.state, self._idempotency_key(task))
+            if reply is Deleted.RUNNING:
+                raise TaskRunning(task_id, queue)
+            if reply is not Deleted.MOVED:
+                return reply is Deleted.DELETED
         return False
+
+    def _each_dead(self, queue: str, act: Callable[[list[str]], tuple[int, int]]) -> int:
+        """Hand the ids of the queue's dead tasks to act, BATCH_SIZE at a time, oldest first;
+        act answers how many it acted on and how many it left in the dead set. Only the tasks
+        dead at the start are visited: tasks dying meanwhile cannot keep this going. Returns how
+        many were acted on."""
+        self._check_queue(queue)
+        done = kept = 0
+        left: int | None = None
+        while left is None or left > 0:
+            size = BATCH_SIZE if left is None else min(left, BATCH_SIZE)
+            total, ids = self.broker.state_ids(
+                queue, State.DEAD, kept, kept + size - 1, newest_first=False
+            )
+            left = total if left is None else left
+            if not ids:
+                break
+            acted, stayed = act(ids)
+            done, kept, left = done + acted, kept + stayed, left - len(ids)
+        return done
 
     def retry_all_dead(self, queue: str) -> int:
         """Run every dead task of the queue now, BATCH_SIZE at a time; return how many ran."""
-        k = self._keys(queue)
-        retried = 0
-        # Visit only the tasks dead at the start: tasks dying meanwhile cannot keep this going.
-        with self.broker.unavailable(writes=False):
-            left: int = self.client.zcard(k.dead)
-        while left > 0:
-            with self.broker.unavailable(writes=False):
-                ids = typing.cast(
-                    "list[str]", self.client.zrange(k.dead, 0, min(left, BATCH_SIZE) - 1)
-                )
-            if not ids:
-                break
+
+        def run(ids: list[str]) -> tuple[int, int]:
             # run_now takes each id out of the dead set, even one whose record is gone.
-            retried += sum(self.broker.run_now(queue, task_id, State.DEAD) for task_id in ids)
-            left -= len(ids)
-        return retried
+            return sum(self.broker.run_now(queue, task_id, State.DEAD) for task_id in ids), 0
+
+        return self._each_dead(queue, run)
 
     def delete_all_dead(self, queue: str) -> int:
         """Delete every dead task of the queue, BATCH_SIZE at a time; return how many.
 
         Like `delete`, this releases the tasks' idempotency keys.
         """
-        k = self._keys(queue)
-        deleted = kept = 0
-        with self.broker.unavailable(writes=False):
-            left: int = self.client.zcard(k.dead)
-        while left > 0:
-            with self.broker.unavailable(writes=False):
-                ids = typing.cast(
-                    "list[str]", self.client.zrange(k.dead, kept, kept + min(left, BATCH_SIZE) - 1)
-                )
-            if not ids:
-                break
-            for task_id, raw in zip(ids, self._records(k, ids, "msg"), strict=True):
-                idem = self._idempotency_key(k, raw)
-                reply = self.broker.delete(queue, task_id, State.DEAD, idem)
-                if reply == 1:
-                    deleted += 1
-                elif reply == 0:  # gone meanwhile (another operator): step over it
-                    kept += 1
-            left -= len(ids)
-        return deleted
+
+        def remove(ids: list[str]) -> tuple[int, int]:
+            tasks = self.broker.task_infos(queue, ids, State.DEAD)
+            replies = [
+                self.broker.delete(queue, task_id, State.DEAD, self._idempotency_key(task))
+                for task_id, task in zip(ids, tasks, strict=True)
+            ]
+            # One gone meanwhile (another operator) is stepped over.
+            return replies.count(Deleted.DELETED), replies.count(Deleted.GONE)
+
+        return self._each_dead(queue, remove)
 
     def pause(self, queue: str) -> None:
         """Stop workers from taking tasks from the queue; running tasks finish."""
-        k = self._keys(queue)
-        with self.broker.unavailable():
-            self.client.set(k.paused, "1")
+        self._check_queue(queue)
+        self.broker.pause(queue)
 
     def resume(self, queue: str) -> None:
         """Let workers take tasks from a paused queue again."""
-        k = self._keys(queue)
-        with self.broker.unavailable():
-            self.client.delete(k.paused)
+        self._check_queue(queue)
+        self.broker.resume(queue)
 
 
 def get_inspector() -> Inspector:

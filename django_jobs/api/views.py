@@ -36,8 +36,15 @@ from django_jobs.api.serializers import (
     UnavailableSerializer,
 )
 from django_jobs.conf import get_settings
-from django_jobs.exceptions import BrokerUnavailable, JobsDisabled, UnknownQueue
-from django_jobs.inspector import Inspector, QueueInfo, TaskInfo, get_inspector
+from django_jobs.exceptions import BrokerUnavailable, JobsDisabled, TaskRunning, UnknownQueue
+from django_jobs.inspector import (
+    RETRY_RULE,
+    Inspector,
+    QueueInfo,
+    TaskInfo,
+    get_inspector,
+    may_retry,
+)
 from django_jobs.keys import State, today
 
 if TYPE_CHECKING:
@@ -45,8 +52,6 @@ if TYPE_CHECKING:
 
 #: A task id as enqueue makes them: uuid4().hex.
 TASK_ID = re.compile(r"[0-9a-f]{32}")
-#: States a task can be retried from through the API: "retry now" for dead and retrying tasks.
-RETRYABLE = (State.RETRY, State.DEAD)
 
 
 class Conflict(APIException):
@@ -172,14 +177,17 @@ class _ListView(JobsAPIView):
             offsets = listing.decode_cursor(query["cursor"], queues) if "cursor" in query else None
         except listing.InvalidCursor as exc:
             raise ValidationError({"cursor": [str(exc)]}) from exc
-        found = listing.list_tasks(
-            self.inspector(),
+        job, per_page = query.get("job"), query["per_page"]
+        chunk, budget = listing.bounds(job, per_page, len(queues))
+        found = self.inspector().list_tasks(
             self.state(query),
             queues,
             offsets=offsets,
-            job=query.get("job"),
-            per_page=query["per_page"],
+            job=job,
+            per_page=per_page,
             newest_first=query["order"] == "newest",
+            chunk=chunk,
+            budget=budget,
         )
         cursor = listing.encode_cursor(found.next_offsets) if found.next_offsets else None
         url = request.build_absolute_uri()
@@ -262,7 +270,7 @@ class TaskView(JobsAPIView):
         info = self.find(task_id)
         try:
             deleted = info.state != State.ACTIVE and self.inspector().delete(info.queue, task_id)
-        except ValueError:  # it started meanwhile
+        except TaskRunning:  # it started meanwhile
             deleted = False
             info = dataclasses.replace(info, state=State.ACTIVE)
         if info.state == State.ACTIVE:
@@ -297,19 +305,18 @@ class TaskRetryView(JobsAPIView):
         """Move a dead or retrying task to pending now; a dead one gets a fresh attempt budget."""
         info = self.find(task_id)
         inspector = self.inspector()
-        if info.state in RETRYABLE and inspector.retry(info.queue, task_id):
+        if may_retry(info.state) and inspector.retry(info.queue, task_id):
             after = inspector.task(info.queue, task_id)
             # Gone already (ran at once with no retention): answer with what was retried.
             return Response(TaskDetailSerializer(after or info).data)
-        if info.state in RETRYABLE:  # it moved between the read and the retry: say where to
+        if may_retry(info.state):  # it moved between the read and the retry: say where to
             moved = inspector.task(info.queue, task_id)
             if moved is None:
                 raise NotFound(f"No task {task_id} in any queue (it went away meanwhile).")
             info = moved
         raise Conflict(
             {
-                "detail": f"Task {task_id} is {info.state}: only dead and retrying tasks can be "
-                f"retried.",
+                "detail": f"Task {task_id} is {info.state}: {RETRY_RULE}.",
                 "state": info.state,
             }
         )

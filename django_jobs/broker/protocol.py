@@ -1,4 +1,10 @@
-"""What the rest of django-jobs needs from a broker, and the values it passes around."""
+"""What the rest of django-jobs needs from a broker, and the values it passes around.
+
+`Broker` is the boundary: every operation the worker, the client and the inspector use, each one
+atomic transition or one bounded read, each raising BrokerUnavailable or BrokerRefused (never a
+redis-py error). `RedisBroker` (redis.py, with the read side in inspect.py) is the one
+implementation; callers are typed against `Broker`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
+
+from django_jobs.broker.info import QueueInfo, TaskInfo, WorkerInfo
+from django_jobs.conf import JobsSettings
+from django_jobs.keys import QueueKeys
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +100,52 @@ class EnqueueRequest:
     idempotency_window: float = 0.0
 
 
+class Requeued(StrEnum):
+    """Where requeue or recover put a task back: pending, or dead past the crash budget."""
+
+    PENDING = "pending"
+    DEAD = "dead"
+
+
+class Deleted(StrEnum):
+    """What an operator's delete of one task did (the replies of delete.lua)."""
+
+    #: Deleted (or an orphan id without a record cleaned up).
+    DELETED = "deleted"
+    #: There was nothing to delete.
+    GONE = "gone"
+    #: The task is running: not deleted.
+    RUNNING = "active"
+    #: Its state is no longer the one the caller saw: read it again.
+    MOVED = "moved"
+
+
 class Broker(Protocol):
-    """The state machine of DESIGN.md section 4; every method is one atomic transition."""
+    """The state machine of DESIGN.md section 4: every operation the rest of django-jobs uses."""
+
+    settings: JobsSettings
+    #: The broker's URL with its password hidden: the one form of it that reaches text.
+    url: str
+
+    def keys(self, queue: str) -> QueueKeys: ...
+
+    # -- enqueue and consume (client, worker) ----------------------------------------------
 
     def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]: ...
 
     def dequeue(self, queues: Sequence[str]) -> Delivery | None: ...
+
+    def dequeue_many(self, queues: Sequence[str], count: int) -> list[Delivery]: ...
+
+    def settle(
+        self, verdicts: Sequence[Verdict], queues: Sequence[str], count: int
+    ) -> tuple[list[bool], list[Delivery]]: ...
+
+    def write(self, verdict: Verdict) -> bool: ...
+
+    def wait_and_fetch(self, queues: Sequence[str], timeout: float) -> list[Delivery]: ...
+
+    def interrupt_wait(self) -> None: ...
 
     def ack(self, delivery: Delivery, retention: float) -> bool: ...
 
@@ -114,12 +164,46 @@ class Broker(Protocol):
         self, delivery: Delivery, error: str, traceback: str, *, spend: bool = True
     ) -> bool: ...
 
-    def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> str | None: ...
+    def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> Requeued | None: ...
+
+    # -- background loops (worker) ----------------------------------------------------------
 
     def forward(self, queue: str, limit: int = 1000) -> int: ...
 
     def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[str]: ...
 
-    def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, str]]: ...
+    def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, Requeued]]: ...
 
     def janitor(self, queue: str, limit: int = 1000) -> int: ...
+
+    def beat(self, worker_id: str, info: dict[str, str | int | float], ttl: float) -> None: ...
+
+    def unregister(self, worker_id: str) -> None: ...
+
+    def pending_count(self, queues: Sequence[str]) -> int: ...
+
+    # -- read side and operator actions (inspector, JobHandle) ------------------------------
+
+    def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]: ...
+
+    def state_ids(
+        self, queue: str, state: str, start: int, stop: int, *, newest_first: bool = True
+    ) -> tuple[int, list[str]]: ...
+
+    def task_infos(
+        self, queue: str, ids: Sequence[str], listed: str = ""
+    ) -> list[TaskInfo | None]: ...
+
+    def task_state(self, queue: str, task_id: str) -> str | None: ...
+
+    def workers(self) -> list[WorkerInfo]: ...
+
+    def run_now(self, queue: str, task_id: str, state: str) -> bool: ...
+
+    def delete(
+        self, queue: str, task_id: str, state: str, idempotency_key: str | None
+    ) -> Deleted: ...
+
+    def pause(self, queue: str) -> None: ...
+
+    def resume(self, queue: str) -> None: ...

@@ -11,16 +11,22 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from django_jobs.broker.connection import (
     NOTHING_ENQUEUED,
-    redact,
     refused,
     wrong_key,
 )
 from django_jobs.broker.connection import connect as connect
-from django_jobs.broker.protocol import Accepted, Action, Delivery, EnqueueRequest, Verdict
-from django_jobs.broker.wire import ScriptCalls
+from django_jobs.broker.inspect import InspectCalls
+from django_jobs.broker.protocol import (
+    Accepted,
+    Action,
+    Delivery,
+    EnqueueRequest,
+    Requeued,
+    Verdict,
+)
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
-from django_jobs.keys import QueueKeys, State, today, worker, workers
+from django_jobs.keys import today, worker, workers
 
 logger = logging.getLogger("django_jobs.broker")
 
@@ -50,23 +56,15 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
-class RedisBroker(ScriptCalls):
-    """The task state machine of DESIGN.md section 4 on one Redis server."""
+class RedisBroker(InspectCalls):
+    """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
+    the read side and the operator's actions in inspect.py, the wire in wire.py."""
 
     def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
-        super().__init__(client, redact(settings.redis_url or ""))
-        self.settings = settings
-        self._keys: dict[str, QueueKeys] = {}
+        super().__init__(client, settings)
         self._dequeue_keys: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
         #: Keys of another type than ours that dequeue reported last, each warned about once.
         self._broken: frozenset[str] = frozenset()
-
-    def keys(self, queue: str) -> QueueKeys:
-        """The keys of one queue."""
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
-        return keys
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -306,16 +304,16 @@ class RedisBroker(ScriptCalls):
         verdict = _verdict(delivery, "kill", error=error, traceback=traceback, spend=spend)
         return self.write(verdict)
 
-    def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> str | None:
+    def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> Requeued | None:
         """Put an active task back in pending without spending an attempt.
 
-        Returns "pending", "dead" (a crash past the budget) or None if the delivery is stale.
+        Returns where it went (dead: a crash past the budget), or None if the delivery is stale.
         """
         k = self.keys(delivery.queue)
         keys = [k.task(delivery.id), k.active, k.lease, k.pending, k.dead, k.wake]
         args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason]
         reply = self._run("requeue", keys, args)
-        return reply or None
+        return Requeued(reply) if reply else None
 
     # -- background loops -------------------------------------------------------------------
 
@@ -335,12 +333,14 @@ class RedisBroker(ScriptCalls):
             args += [task_id, epoch]
         return list(self._run("extend_lease", [k.lease], args))
 
-    def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, str]]:
+    def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, Requeued]]:
         """Hand back tasks whose lease expired; return (id, new state) pairs."""
         k = self.keys(queue)
         keys = [k.lease, k.active, k.pending, k.dead, k.wake]
         flat = self._run("recover", keys, [k.task_prefix, self.settings.max_crashes, limit])
-        return list(zip(flat[::2], flat[1::2], strict=True))
+        return [
+            (task_id, Requeued(state)) for task_id, state in zip(flat[::2], flat[1::2], strict=True)
+        ]
 
     def janitor(self, queue: str, limit: int = 1000) -> int:
         """Delete expired completed tasks and trim the dead set; return how many were deleted."""
@@ -365,29 +365,3 @@ class RedisBroker(ScriptCalls):
             pipe.delete(worker(namespace, worker_id))
             pipe.zrem(workers(namespace), worker_id)
             pipe.execute()
-
-    def pending_count(self, queues: Sequence[str]) -> int:
-        """How many tasks wait in the pending lists of queues, in one round trip."""
-        with self.unavailable(writes=False):
-            pipe = self.client.pipeline(transaction=False)
-            for queue in queues:
-                pipe.llen(self.keys(queue).pending)
-            return sum(pipe.execute())
-
-    # -- operator actions (through the Inspector) ------------------------------------------
-
-    def run_now(self, queue: str, task_id: str, state: str) -> bool:
-        """Move a scheduled, retry or dead task to pending now; False if it is not there."""
-        if state not in (State.SCHEDULED, State.RETRY, State.DEAD):
-            raise ValueError(f"only scheduled, retry and dead tasks can run now, not {state}")
-        k = self.keys(queue)
-        keys = [k.task(task_id), k.state(state), k.pending, k.wake]
-        return bool(self._run("run_now", keys, [task_id, int(state == State.DEAD)]))
-
-    def delete(self, queue: str, task_id: str, state: str, idempotency_key: str | None) -> Any:
-        """Delete a task that is not running (see delete.lua for the replies)."""
-        k = self.keys(queue)
-        keys = [k.task(task_id), k.state(state)]
-        if idempotency_key:
-            keys.append(idempotency_key)
-        return self._run("delete", keys, [task_id, state])

@@ -21,6 +21,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_jobs import Job, admin
+from django_jobs.admin import tasks as task_pages
 from django_jobs.client import get_broker
 from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.message import Message, encode
@@ -298,9 +299,9 @@ def test_tasks__filter_by_job_scans_the_state(
 ) -> None:
     # Given 5 pending Noop tasks among 20 Fails tasks (every fifth, the newest first), read 4
     # at a time and at most 12 per request, with pages of 2.
-    monkeypatch.setattr(admin, "SCAN_CHUNK", 4)
-    monkeypatch.setattr(admin, "SCAN_LIMIT", 12)
-    monkeypatch.setattr(admin, "PER_PAGE", 2)
+    monkeypatch.setattr(task_pages, "SCAN_CHUNK", 4)
+    monkeypatch.setattr(task_pages, "SCAN_LIMIT", 12)
+    monkeypatch.setattr(task_pages, "PER_PAGE", 2)
     wanted = []
     for n in range(25):
         job = Noop if n % 5 == 0 else Fails
@@ -332,8 +333,8 @@ def test_tasks__filter_by_job_scans_the_state(
 def test_tasks__scan_stops_at_its_limit(
     staff: Client, insp: Inspector, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(admin, "SCAN_CHUNK", 3)
-    monkeypatch.setattr(admin, "SCAN_LIMIT", 6)
+    monkeypatch.setattr(task_pages, "SCAN_CHUNK", 3)
+    monkeypatch.setattr(task_pages, "SCAN_LIMIT", 6)
     Fails.enqueue_many([Note(str(n)) for n in range(10)])
 
     response = staff.get(TASKS, {"queue": "default", "state": "pending", "job": Noop.name})
@@ -448,7 +449,7 @@ def test_task__retry_of_a_pending_task_warns(staff: Client, insp: Inspector) -> 
     response = staff.post(task_url(task_id, action="retry"))
 
     assert notes(response) == [
-        f"Task {task_id} was not retried: only scheduled, retry and dead tasks can be."
+        f"Task {task_id} was not retried: only dead and retrying tasks can be retried."
     ]
     assert state_of(insp, task_id) == "pending"
     assert "Retry now" not in text(staff.get(task_url(task_id)))
@@ -508,7 +509,7 @@ def test_bulk__retry_selected_reports_tasks_that_could_not(staff: Client, insp: 
     )
 
     assert notes(response) == [
-        "1 task will run now. 1 could not: only scheduled, retry and dead tasks can."
+        "1 task will run now. 1 could not: only dead and retrying tasks can be retried."
     ]
 
 

@@ -728,7 +728,7 @@ def test_access__setting_accepts_combined_classes(
     [
         ("rest_framework.permissions.IsAdminUser", "must be a list"),
         (["rest_framework.permissions.NoSuchThing"], "cannot be imported"),
-        (["django_jobs.api.listing.list_tasks"], "not a DRF permission class"),
+        (["django_jobs.api.listing.bounds"], "not a DRF permission class"),
     ],
 )
 def test_permission_classes__bad_setting_says_what_is_wrong(

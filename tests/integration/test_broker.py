@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from django_jobs import DuplicateJob, Job
-from django_jobs.broker.protocol import Accepted, Delivery, EnqueueRequest, Verdict
+from django_jobs.broker.protocol import Accepted, Deleted, Delivery, EnqueueRequest, Verdict
 from django_jobs.broker.redis import COUNTER_TTL, RedisBroker, connect
 from django_jobs.client import get_broker
 from django_jobs.keys import QueueKeys
@@ -1296,7 +1296,7 @@ def delete(task_id: str, state: str, with_key: bool = False) -> Callable[[RedisB
             None,
             [task("a", "pending"), task("b", "pending")],
             delete("a", "pending"),
-            1,
+            Deleted.DELETED,
             {t("b"): ("hash", rec("b", "pending")), q("pending"): ("list", ["b"])},
             id="pending",
         ),
@@ -1304,7 +1304,7 @@ def delete(task_id: str, state: str, with_key: bool = False) -> Callable[[RedisB
             "a",
             [task("a", "scheduled", 60, next_at=60.0)],
             delete("a", "scheduled", with_key=True),
-            1,
+            Deleted.DELETED,
             {},
             id="releases_its_idempotency_key",
         ),
@@ -1312,7 +1312,7 @@ def delete(task_id: str, state: str, with_key: bool = False) -> Callable[[RedisB
             "other",
             [task("a", "dead", -5)],
             delete("a", "dead", with_key=True),
-            1,
+            Deleted.DELETED,
             {q(IDEM): ("string", "other", 600)},
             id="keeps_a_key_held_by_another_task",
         ),
@@ -1320,7 +1320,7 @@ def delete(task_id: str, state: str, with_key: bool = False) -> Callable[[RedisB
             "a",
             [ACTIVE_A],
             delete("a", "active", with_key=True),
-            "active",
+            Deleted.RUNNING,
             UNCHANGED,
             id="active_refused",
         ),
@@ -1328,11 +1328,11 @@ def delete(task_id: str, state: str, with_key: bool = False) -> Callable[[RedisB
             None,
             [task("a", "retry", 5)],
             delete("a", "dead"),
-            "moved",
+            Deleted.MOVED,
             UNCHANGED,
             id="moved_since_it_was_read",
         ),
-        pytest.param(None, [], delete("a", "dead"), 0, {}, id="gone"),
+        pytest.param(None, [], delete("a", "dead"), Deleted.GONE, {}, id="gone"),
     ],
 )
 def test_delete__transitions(
@@ -1363,7 +1363,7 @@ def test_delete__orphan_id_without_a_record_is_removed(
         redis_ns,
         [],
         delete("a", state),
-        1,
+        Deleted.DELETED,
         {
             t("b"): ("hash", rec("b", state)),
             q(state): ("list", ["b"]) if state == "pending" else ("zset", [("b", "now")]),
@@ -1376,7 +1376,7 @@ def test_delete__released_key_lets_the_same_work_in_again(redis_ns: RedisNamespa
     broker = get_broker()
     key = broker.keys("default").idempotency(NoteJob.name, "k")
 
-    assert broker.delete("default", first.id, "scheduled", key) == 1
+    assert broker.delete("default", first.id, "scheduled", key) is Deleted.DELETED
     second = NoteJob.enqueue(Note("2"), idempotency_key="k")
 
     assert second.id != first.id

@@ -1,5 +1,7 @@
-"""The broker calls that replace raw client use outside broker/ (issue 13): the worker's burst
-check and registry removal, on the real Redis and with Redis unavailable."""
+"""The broker boundary (issue 13): the calls that replace raw client use outside broker/ (the
+worker's burst check and registry removal, JobHandle's state, the inspector's reads), named
+replies, and RedisBroker having every member of the Broker Protocol; on the real Redis and with
+Redis unavailable."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from django_jobs.broker.protocol import Broker, Deleted
 from django_jobs.broker.redis import RedisBroker, connect
 from django_jobs.client import get_broker
 from django_jobs.conf import get_settings
@@ -66,3 +69,58 @@ def test_unregister__removes_the_worker_from_the_registry(redis_ns: RedisNamespa
 def test_unregister__redis_unavailable_raises_broker_unavailable(nowhere: RedisBroker) -> None:
     with pytest.raises(BrokerUnavailable, match="may still have been applied"):
         nowhere.unregister("w1")
+
+
+def test_broker_protocol__redis_broker_has_every_member(nowhere: RedisBroker) -> None:
+    members = {n for n in vars(Broker) if not n.startswith("_")} | set(Broker.__annotations__)
+
+    missing = sorted(n for n in members if not hasattr(nowhere, n))
+
+    assert missing == []
+    assert {"queue_infos", "state_ids", "task_infos", "task_state", "workers"} <= members
+
+
+def test_task_state__the_record_state_or_none(redis_ns: RedisNamespace) -> None:
+    broker = get_broker()
+    redis_ns.client.hset(broker.keys("default").task("a"), "state", "dead")
+
+    assert broker.task_state("default", "a") == "dead"
+    assert broker.task_state("default", "gone") is None
+
+
+def test_task_state__redis_unavailable_is_a_read_error(nowhere: RedisBroker) -> None:
+    with pytest.raises(BrokerUnavailable) as caught:
+        nowhere.task_state("default", "a")
+
+    assert "may still have been applied" not in str(caught.value)
+
+
+def test_queue_infos__a_wrong_typed_state_key_is_refused_by_name(
+    redis_ns: RedisNamespace,
+) -> None:
+    broker = get_broker()
+    redis_ns.client.set(broker.keys("default").dead, "x")
+
+    with pytest.raises(BrokerRefused, match="WRONGTYPE"):
+        broker.queue_infos(["default"])
+
+
+def test_delete__replies_are_named(redis_ns: RedisNamespace) -> None:
+    broker = get_broker()
+    k = broker.keys("default")
+    redis_ns.client.hset(k.task("a"), mapping={"state": "active", "msg": ""})
+    redis_ns.client.lpush(k.active, "a")
+
+    assert broker.delete("default", "a", "active", None) is Deleted.RUNNING
+    assert broker.delete("default", "a", "dead", None) is Deleted.RUNNING
+    assert broker.delete("default", "b", "dead", None) is Deleted.GONE
+
+
+def test_pause__and_resume_flip_the_flag_the_queue_infos_read(redis_ns: RedisNamespace) -> None:
+    broker = get_broker()
+
+    broker.pause("default")
+    paused = broker.queue_infos(["default"])[0].paused
+    broker.resume("default")
+
+    assert (paused, broker.queue_infos(["default"])[0].paused) == (True, False)

@@ -10,6 +10,7 @@ from typing import ClassVar
 import pytest
 
 from django_jobs import DuplicateJob, Job, UnknownQueue, inspector, keys
+from django_jobs.broker.protocol import Deleted
 from django_jobs.client import get_broker
 from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import State
@@ -321,19 +322,36 @@ def test_retry__dead_task_resets_attempts_and_runs_again(
     assert depths(insp)["dead"] == 0
 
 
-def test_retry__scheduled_and_retry_tasks_run_now(insp: Inspector) -> None:
-    scheduled = Noop.enqueue(Note("later"), delay=3600).id
+def test_retry__a_retrying_task_runs_now(insp: Inspector) -> None:
     retrying = Flaky.enqueue(Note("again")).id
     run_burst()  # Flaky fails once: retry, with its next attempt about a second away
 
-    assert insp.retry("default", scheduled) is True
     assert insp.retry("default", retrying) is True
 
     info = insp.task("default", retrying)
     assert info is not None
     assert (info.state, info.attempts, info.next_at) == ("pending", 1, None)
-    assert {state: n for state, n in depths(insp).items() if n} == {"pending": 2}
-    assert {o.task_id for o in run_burst()} == {scheduled, retrying}
+    assert {state: n for state, n in depths(insp).items() if n} == {"pending": 1}
+    assert {o.task_id for o in run_burst()} == {retrying}
+
+
+@pytest.mark.parametrize(
+    "state", [State.SCHEDULED, State.PENDING, State.ACTIVE, State.RETRY, State.DEAD, "completed"]
+)
+def test_may_retry__one_rule_for_the_admin_and_the_api(state: str) -> None:
+    # DESIGN.md section 4: a retry or dead task leaves by "retry now"; a scheduled one by the
+    # forwarder when it is due.
+    assert inspector.may_retry(state) is (state in (State.RETRY, State.DEAD))
+
+
+def test_retry__a_scheduled_task_is_not_retried(insp: Inspector) -> None:
+    scheduled = Noop.enqueue(Note("later"), delay=3600).id
+
+    assert insp.retry("default", scheduled) is False
+
+    info = insp.task("default", scheduled)
+    assert info is not None
+    assert info.state == State.SCHEDULED
 
 
 def test_retry__pending_task_returns_false(insp: Inspector) -> None:
@@ -402,7 +420,7 @@ def test_delete__reads_again_when_the_task_moved(
 
     assert insp.delete("default", task_id) is True
 
-    assert replies == ["moved", 1]
+    assert replies == [Deleted.MOVED, Deleted.DELETED]
     assert insp.task("default", task_id) is None
 
 

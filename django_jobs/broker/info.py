@@ -1,0 +1,98 @@
+"""What the broker's read side answers with (see inspect.py): queues, tasks and workers as
+the admin, the API and the CLI show them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django_jobs.keys import State
+
+#: States held in a list (newest on the left); the others are sorted sets.
+LISTS = frozenset({State.PENDING, State.ACTIVE})
+
+
+def check_state(state: str) -> None:
+    """Raise ValueError for a name that is not a task state."""
+    if state not in State.ALL:
+        raise ValueError(f"Unknown state {state!r}: use one of {', '.join(State.ALL)}.")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """One queue at a glance: tasks per state, paused flag, and today's counters (UTC day)."""
+
+    name: str
+    paused: bool
+    scheduled: int
+    pending: int
+    active: int
+    retry: int
+    dead: int
+    completed: int
+    #: Tasks completed today.
+    processed_today: int
+    #: Failed runs today (each retry and each death counts one).
+    failed_today: int
+
+    def count(self, state: str) -> int:
+        """Return the number of tasks in one state."""
+        check_state(state)
+        value: int = getattr(self, state)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class TaskInfo:
+    """One task as stored; job, payload and max_attempts are None if it cannot be decoded."""
+
+    id: str
+    queue: str
+    state: str
+    job: str | None
+    payload: dict[str, object] | None
+    #: Runs that failed (reset when a dead task is retried).
+    attempts: int
+    #: Times a worker died under the task.
+    crashes: int
+    max_attempts: int | None
+    idempotency_key: str | None
+    enqueued_at: datetime | None
+    started_at: datetime | None
+    #: When a scheduled task is due, or a retry's next attempt.
+    next_at: datetime | None
+    failed_at: datetime | None
+    died_at: datetime | None
+    completed_at: datetime | None
+    #: The last error, one line ("ValueError: ..."); kept when the task is retried.
+    error: str | None
+    traceback: str | None
+    #: Why the record cannot be decoded, or None when it can.
+    decode_error: str | None
+    #: The encoded message as stored (invalid UTF-8 replaced), to show a corrupt record.
+    raw: str
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTask:
+    """A task a worker runs right now (as of its last heartbeat)."""
+
+    id: str
+    queue: str
+    #: The job name, or None if the record is gone (finished since the beat) or undecodable.
+    job: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    """One live worker as its last heartbeat described it."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: datetime | None
+    last_beat: datetime | None
+    #: One entry per busy slot; idle slots are concurrency - len(tasks).
+    tasks: tuple[RunningTask, ...]

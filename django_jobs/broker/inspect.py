@@ -1,0 +1,282 @@
+"""The broker's read side and operator actions: what the Inspector asks of Redis.
+
+As asynq keeps `inspect.go` beside `rdb.go`, the queries the admin, the API and the CLI need
+live here, next to the scripts, and nothing outside `broker/` touches a Redis client. Each call
+runs inside the unavailability handling (`writes=False` for reads), costs a fixed number of
+round trips whatever the size of a queue, and answers with the dataclasses below. Nothing here
+calls KEYS or SCAN.
+
+A record that cannot be decoded is returned with `decode_error` set instead of failing a page,
+and a record key of another type with what is wrong in `error`: the admin is where an operator
+goes to find such a task and delete it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from redis.client import NEVER_DECODE
+from redis.exceptions import ResponseError
+
+from django_jobs.broker.connection import redact
+from django_jobs.broker.info import (
+    LISTS,
+    QueueInfo,
+    RunningTask,
+    TaskInfo,
+    WorkerInfo,
+    check_state,
+)
+from django_jobs.broker.protocol import Deleted
+from django_jobs.broker.wire import ScriptCalls
+from django_jobs.conf import JobsSettings
+from django_jobs.keys import QueueKeys, State, today, worker, workers
+from django_jobs.message import DecodeError, Message, decode
+
+
+def _time(value: str | None) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(float(value), UTC) if value else None
+    except (ValueError, OverflowError, OSError):
+        return None  # a corrupt field: show the task without that time rather than fail
+
+
+def _int(value: str | bytes | None) -> int:
+    try:
+        return int(value or 0)
+    except ValueError:
+        return 0
+
+
+def _message(raw: bytes | None) -> tuple[Message | None, str | None]:
+    """The decoded message, or None and why it cannot be decoded."""
+    try:
+        return decode(raw or b""), None
+    except DecodeError as exc:
+        return None, str(exc)
+
+
+def _task_info(queue: str, task_id: str, record: dict[bytes, bytes], listed: str) -> TaskInfo:
+    """Build a TaskInfo from a raw record (bytes, so that invalid UTF-8 cannot break a page)."""
+    f = {
+        key.decode(errors="replace"): value.decode(errors="replace")
+        for key, value in record.items()
+    }
+    message, problem = _message(record.get(b"msg", b""))
+    return TaskInfo(
+        id=task_id,
+        queue=queue,
+        state=f.get("state") or listed,
+        job=message.job if message else None,
+        payload=message.payload if message else None,
+        attempts=_int(f.get("attempts")),
+        crashes=_int(f.get("crashes")),
+        max_attempts=message.max_attempts if message else None,
+        idempotency_key=message.idempotency_key if message else None,
+        enqueued_at=_time(f.get("enqueued_at")),
+        started_at=_time(f.get("started_at")),
+        next_at=_time(f.get("next_at")),
+        failed_at=_time(f.get("failed_at")),
+        died_at=_time(f.get("died_at")),
+        completed_at=_time(f.get("completed_at")),
+        error=f.get("error") or None,
+        traceback=f.get("traceback") or None,
+        decode_error=problem,
+        raw=f.get("msg", ""),
+    )
+
+
+def _running_tasks(value: str | None) -> list[tuple[str, str]]:
+    """(id, queue) of each task in a heartbeat's task list, skipping malformed entries."""
+    try:
+        entries = json.loads(value or "[]")
+    except ValueError:
+        return []
+    if not isinstance(entries, list):
+        return []
+    return [
+        (str(e["id"]), str(e["queue"]))
+        for e in entries
+        if isinstance(e, dict) and e.get("id") and e.get("queue")
+    ]
+
+
+class InspectCalls(ScriptCalls):
+    """The read side of one Redis broker, and the operator's actions on its tasks."""
+
+    def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
+        super().__init__(client, redact(settings.redis_url or ""))
+        self.settings = settings
+        self._keys: dict[str, QueueKeys] = {}
+
+    def keys(self, queue: str) -> QueueKeys:
+        """The keys of one queue."""
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
+        return keys
+
+    def _read(self, commands: Sequence[tuple[Any, ...]], *, errors: bool = True) -> list[Any]:
+        """Run read commands in one round trip, replies as bytes; error replies as values
+        (errors), else the first one raised as BrokerRefused."""
+        pipe: Any = self.client.pipeline(transaction=False)  # Any: execute_command is untyped
+        for command in commands:
+            pipe.execute_command(*command, **{NEVER_DECODE: True})
+        with self.unavailable(writes=False):
+            replies: list[Any] = pipe.execute(raise_on_error=not errors) if commands else []
+        return replies
+
+    def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
+        """Every queue of names, in that order, with its depths and today's counters."""
+        day = today()
+        commands: list[tuple[Any, ...]] = []
+        for name in names:
+            k = self.keys(name)
+            commands += [("ZCARD", k.scheduled), ("LLEN", k.pending), ("LLEN", k.active),
+                         ("ZCARD", k.retry), ("ZCARD", k.dead), ("ZCARD", k.completed),
+                         ("EXISTS", k.paused), ("GET", k.processed(day)),
+                         ("GET", k.failed(day))]  # fmt: skip
+        replies = self._read(commands, errors=False)
+        infos = []
+        for i, name in enumerate(names):
+            row = replies[i * 9 : i * 9 + 9]  # nine replies per queue, in the order sent above
+            scheduled, pending, active, retry, dead, completed, paused, processed, failed = row
+            infos.append(
+                QueueInfo(name, bool(paused), scheduled, pending, active, retry, dead, completed,
+                          processed_today=_int(processed), failed_today=_int(failed))
+            )  # fmt: skip
+        return infos
+
+    def pending_count(self, queues: Sequence[str]) -> int:
+        """How many tasks wait in the pending lists of queues, in one round trip."""
+        with self.unavailable(writes=False):
+            pipe = self.client.pipeline(transaction=False)
+            for queue in queues:
+                pipe.llen(self.keys(queue).pending)
+            return sum(pipe.execute())
+
+    def state_ids(
+        self, queue: str, state: str, start: int, stop: int, *, newest_first: bool = True
+    ) -> tuple[int, list[str]]:
+        """How many tasks the state holds, and the ids at indexes start..stop of its order
+        (latest first unless newest_first is False), in one round trip."""
+        check_state(state)
+        key = self.keys(queue).state(state)
+        with self.unavailable(writes=False):
+            pipe = self.client.pipeline(transaction=False)
+            if state in LISTS and newest_first:
+                pipe.llen(key)
+                pipe.lrange(key, start, stop)
+            elif state in LISTS:  # counted from the right end, the oldest, then reversed
+                pipe.llen(key)
+                pipe.lrange(key, -stop - 1, -start - 1)
+            else:
+                pipe.zcard(key)
+                pipe.zrange(key, start, stop, desc=newest_first)
+            total, ids = pipe.execute()
+        if state in LISTS and not newest_first:
+            ids.reverse()
+        return total, ids
+
+    def task_infos(self, queue: str, ids: Sequence[str], listed: str = "") -> list[TaskInfo | None]:
+        """The tasks of ids in queue, in one round trip.
+
+        `listed` is the state the ids were found in (a listing), for a record without one: an
+        id whose record is gone is then listed with that state and nothing else (an orphan, so
+        that it can be deleted); without `listed` it is None.
+        """
+        k = self.keys(queue)
+        replies = self._read([("HGETALL", k.task(task_id)) for task_id in ids])
+        infos: list[TaskInfo | None] = []
+        for task_id, reply in zip(ids, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                # A record key holding something else (written by hand): list the task with
+                # what is wrong instead of failing the whole page.
+                error = (
+                    f"its record {k.task(task_id)!r} is not a hash: it is not one of ours "
+                    f"(written by hand or by another program?). Delete that key by hand "
+                    f"(redis-cli DEL); nothing else uses our namespace."
+                )
+                reply = {b"error": error.encode()}
+            infos.append(_task_info(queue, task_id, reply, listed) if reply or listed else None)
+        return infos
+
+    def task_state(self, queue: str, task_id: str) -> str | None:
+        """The state a task's record holds, or None when it is gone."""
+        with self.unavailable(writes=False):
+            state = self.client.hget(self.keys(queue).task(task_id), "state")
+        return None if state is None else str(state)
+
+    def workers(self) -> list[WorkerInfo]:
+        """The live workers (those whose heartbeat has not expired), in id order.
+
+        Three round trips whatever the fleet: the registry, every worker's hash, then the job
+        name of every running task.
+        """
+        namespace = self.settings.namespace
+        with self.unavailable(writes=False):
+            ids = sorted(str(i) for i in self.client.zrange(workers(namespace), 0, -1))
+            pipe = self.client.pipeline(transaction=False)
+            for worker_id in ids:
+                pipe.hgetall(worker(namespace, worker_id))
+            hashes: list[dict[str, str]] = pipe.execute()
+        # A worker that stopped beating keeps its registry entry until the next beat of any
+        # worker drops it, but its hash has expired: it is not listed.
+        found = [(i, h) for i, h in zip(ids, hashes, strict=True) if h]
+        running = [_running_tasks(h.get("tasks")) for _, h in found]
+        refs = [(q, t) for slots in running for (t, q) in slots]
+        messages = self._read([("HGET", self.keys(q).task(t), "msg") for q, t in refs])
+        jobs = {
+            ref: None if isinstance(raw, ResponseError) else _message(raw)[0]
+            for ref, raw in zip(refs, messages, strict=True)
+        }
+        return [
+            WorkerInfo(
+                id=worker_id,
+                host=h.get("host", ""),
+                pid=_int(h.get("pid")),
+                queues=tuple(q for q in h.get("queues", "").split(",") if q),
+                concurrency=_int(h.get("concurrency")),
+                started_at=_time(h.get("started")),
+                last_beat=_time(h.get("last_beat")),
+                tasks=tuple(
+                    RunningTask(t, q, message.job if (message := jobs.get((q, t))) else None)
+                    for t, q in slots
+                ),
+            )
+            for (worker_id, h), slots in zip(found, running, strict=True)
+        ]
+
+    # -- operator actions -------------------------------------------------------------------
+
+    def run_now(self, queue: str, task_id: str, state: str) -> bool:
+        """Move a scheduled, retry or dead task to pending now; False if it is not there."""
+        if state not in (State.SCHEDULED, State.RETRY, State.DEAD):
+            raise ValueError(f"only scheduled, retry and dead tasks can run now, not {state}")
+        k = self.keys(queue)
+        keys = [k.task(task_id), k.state(state), k.pending, k.wake]
+        return bool(self._run("run_now", keys, [task_id, int(state == State.DEAD)]))
+
+    def delete(self, queue: str, task_id: str, state: str, idempotency_key: str | None) -> Deleted:
+        """Delete a task that is not running, seen in `state`, and release its idempotency key
+        (its Redis key, or None) if it still points at this task."""
+        k = self.keys(queue)
+        keys = [k.task(task_id), k.state(state)]
+        if idempotency_key:
+            keys.append(idempotency_key)
+        reply = self._run("delete", keys, [task_id, state])
+        return {1: Deleted.DELETED, 0: Deleted.GONE}.get(reply) or Deleted(reply)
+
+    def pause(self, queue: str) -> None:
+        """Stop workers from taking tasks from the queue; running tasks finish."""
+        with self.unavailable():
+            self.client.set(self.keys(queue).paused, "1")
+
+    def resume(self, queue: str) -> None:
+        """Let workers take tasks from a paused queue again."""
+        with self.unavailable():
+            self.client.delete(self.keys(queue).paused)
