@@ -14,7 +14,7 @@ from django_jobs.exceptions import (
     UnknownJob,
     UnknownQueue,
 )
-from django_jobs.jobs import Job, JobContext
+from django_jobs.jobs import Fail, Job, JobContext, Retry, SkipRetry
 
 if TYPE_CHECKING:
     from django_jobs.client import JobHandle
@@ -26,6 +26,7 @@ __all__ = [
     "BrokerRefused",
     "BrokerUnavailable",
     "DuplicateJob",
+    "Fail",
     "InvalidPayload",
     "Job",
     "JobContext",
@@ -34,6 +35,8 @@ __all__ = [
     "JobsDisabled",
     "JobsError",
     "PayloadTooLarge",
+    "Retry",
+    "SkipRetry",
     "UnknownJob",
     "UnknownQueue",
     "__version__",

@@ -116,11 +116,6 @@ class LeaseLost(JobsError):
     """
 
 
-class NotRetryable(JobsError):
-    """The job's run failed in a way no later attempt can fix (a template that does not exist, a
-    payload the code can never accept): the task should go dead at once, with this error."""
-
-
 class MailNotConfigured(JobsError, ImproperlyConfigured):
     """Queued mail has no backend to leave through.
 

@@ -38,6 +38,7 @@ from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable, JobTimeout, LeaseLost
 from django_jobs.worker.loop import Backoff, Outage
+from django_jobs.worker.policy import Attempt
 from django_jobs.worker.processor import Processor, outcome
 from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
@@ -184,23 +185,22 @@ class Child:
             return None
         self.current = delivery
         self.done += 1
-        try:
-            return self.processor.decide(delivery)
-        except LeaseLost:
-            logger.warning(
-                "task %s: run interrupted (lease lost); nothing written for it", delivery.id
-            )
+        verdict = self.processor.decide(delivery)
+        if verdict is None:  # lost its lease: nothing to write, nothing to renew
             self.table.clear(self.index)
-            return None
+        return verdict
 
     @contextmanager
-    def _guard(self, timeout: float) -> Iterator[None]:
+    def _guard(self, timeout: float, attempt: Attempt) -> Iterator[None]:
         """Around the handler: publish the task in the slot table, and raise JobTimeout in it
         (on this, the main thread) if it runs longer than timeout seconds."""
         delivery = self.current
         if delivery is not None and len(delivery.id) <= MAX_ID:
             queue_index = self.queues.index(delivery.queue)
-            running = Running(delivery.id, queue_index, delivery.epoch, time.monotonic(), timeout)
+            running = Running(
+                delivery.id, queue_index, delivery.epoch, time.monotonic(), timeout,
+                attempt.number, attempt.max_attempts, attempt.backoff,
+            )  # fmt: skip
             self.table.set(self.index, running)
         if signal.getsignal(signal.SIGALRM) is not self._alarm_handler:
             # A job replaced it and did not put it back: timeouts must still work.

@@ -15,7 +15,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from django_jobs import keys
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.worker.loop import Component, unreachable
@@ -47,6 +46,8 @@ class Heartbeat(Component):
         self.on_lost = on_lost
         self.clock = clock
         self.interval = broker.settings.heartbeat_interval
+        #: Leases not renewed for a lease are lost: the worker cannot go on past that.
+        self.give_up_after: float | None = broker.settings.lease
         #: Ids whose lease was found lost: their outcome will not be written by this worker.
         self.lost: set[str] = set()
         #: When leases were last renewed, all of them (by clock).
@@ -62,6 +63,11 @@ class Heartbeat(Component):
             self.beat(deliveries)
             raise
         self.beat(deliveries)
+
+    def failing_for(self, since_a_tick_worked: float) -> float:
+        # The leases are what matters: a beat that fails (a corrupt registry key) after they
+        # were renewed is no reason to stop.
+        return self.clock() - self.renewed_at
 
     def renew(self, deliveries: Sequence[Delivery] | None = None) -> None:
         """Extend the leases of the tasks this worker runs; report the ones lost.
@@ -109,9 +115,4 @@ class Heartbeat(Component):
 
     def stop(self) -> None:
         """Remove this worker from the registry."""
-        namespace = self.broker.settings.namespace
-        pipe = self.broker.client.pipeline(transaction=False)
-        pipe.delete(keys.worker(namespace, self.worker_id))
-        pipe.zrem(keys.workers(namespace), self.worker_id)
-        with self.broker.unavailable():
-            pipe.execute()
+        self.broker.unregister(self.worker_id)

@@ -9,6 +9,10 @@ fails never stops the worker, and never floods its log:
   line when Redis answers again (`Outage`). Tracebacks only at DEBUG.
 - Redis answering with an error, or a bug: one line for that component when its error changes,
   the others go on; it is tried again at its interval.
+
+Either way the ticker counts each component's consecutive failures. A component whose ticks
+have failed for longer than its `give_up_after` (the heartbeat's: the lease) makes the ticker
+give up: `gave_up` says why, and the supervisor stops the worker.
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ class Component:
 
     #: Seconds between two ticks.
     interval: float = 1.0
+    #: Seconds of failing (see `failing_for`) after which the worker cannot go on without this
+    #: component; None: it can.
+    give_up_after: float | None = None
     logger = logging.getLogger("django_jobs.worker")
 
     @property
@@ -110,6 +117,10 @@ class Component:
 
     def tick(self) -> None:
         raise NotImplementedError
+
+    def failing_for(self, since_a_tick_worked: float) -> float:
+        """How long this component has been failing at what matters; by default, whole ticks."""
+        return since_a_tick_worked
 
 
 class Ticker:
@@ -134,6 +145,12 @@ class Ticker:
         self.retry_at: float | None = None
         #: The current error of each failing component (by index), and since when.
         self.failing: dict[int, tuple[str, float]] = {}
+        #: When each component's last tick worked (by index; its creation before the first).
+        self.worked_at = [now] * len(self.components)
+        #: Each component's failed ticks since its last one that worked (by index).
+        self.failures = [0] * len(self.components)
+        #: Why the worker must stop (a component failed past its give_up_after), or "".
+        self.gave_up = ""
 
     def run_due(self) -> float:
         """Tick every due component; return the seconds until the next one is due."""
@@ -147,6 +164,7 @@ class Ticker:
             try:
                 component.tick()
             except Exception as exc:
+                self._count(index, component, exc)
                 if unreachable(exc):
                     # Every other component would wait out the same timeout: pause them all.
                     # What was due stays due, in order (the heartbeat first), for the retry.
@@ -155,11 +173,23 @@ class Ticker:
                     return max(0.0, self.retry_at - self.clock())
                 self._failed(index, component, exc)
             else:
+                self.worked_at[index], self.failures[index] = self.clock(), 0
                 self._recovered(index, component)
             self.outage.answered()
             self.backoff.reset()
             self.due[index] = self.clock() + component.interval
         return max(0.0, min(self.due, default=now + 1.0) - self.clock())
+
+    def _count(self, index: int, component: Component, exc: Exception) -> None:
+        """Count one more failed tick; give up once it has failed for too long."""
+        self.failures[index] += 1
+        failing_for = component.failing_for(self.clock() - self.worked_at[index])
+        limit = component.give_up_after
+        if limit is not None and failing_for > limit and not self.gave_up:
+            self.gave_up = (
+                f"{component.name} failed {self.failures[index]} times in a row, for "
+                f"{failing_for:.0f}s (longer than {limit:g}s): {exc}"
+            )
 
     def _failed(self, index: int, component: Component, exc: Exception) -> None:
         """A tick failed, Redis reachable: one line per change of error, the others go on."""

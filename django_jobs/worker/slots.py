@@ -19,10 +19,13 @@ import mmap
 import struct
 from dataclasses import dataclass
 
-#: seq, queue index, epoch, task id (up to 64 ASCII characters), started (monotonic), timeout (s).
-RECORD = struct.Struct("<Ihq64sdd")
+#: seq, queue index, epoch, task id (up to 64 ASCII characters), started (monotonic), timeout (s),
+#: attempt, max attempts, backoff (s): what the supervisor needs to decide a timed-out run.
+RECORD = struct.Struct("<Ihq64sddIId")
 #: A run whose lease was lost: epoch, task id. Written by the supervisor only, then signalled.
 LOST = struct.Struct("<q64s")
+#: An empty record after its sequence number.
+EMPTY = (0, 0, b"", 0.0, 0.0, 0, 0, 0.0)
 #: Longest task id a slot holds; a longer (hand-made) id is left to the lease to recover.
 MAX_ID = 64
 #: Reads of a slot caught mid-write before `get` reports it empty: a writer holds a slot for
@@ -34,13 +37,19 @@ SEQ = 0xFFFFFFFF
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """A task a child runs: enough to renew its lease or put it back."""
+    """A task a child runs: enough to renew its lease, put it back, or retry it after its
+    timeout without reading it from Redis."""
 
     task_id: str
     queue_index: int
     epoch: str
     started: float
     timeout: float
+    #: The run's attempt (1 for the first), of max_attempts.
+    attempt: int = 1
+    max_attempts: int = 1
+    #: Seconds before the next run if this one fails.
+    backoff: float = 0.0
 
 
 class SlotTable:
@@ -65,6 +74,9 @@ class SlotTable:
             running.task_id.encode("ascii", "replace"),
             running.started,
             running.timeout,
+            running.attempt,
+            running.max_attempts,
+            running.backoff,
         )
         struct.pack_into("<I", self.memory, offset, (seq + 2) & SEQ)
 
@@ -73,7 +85,7 @@ class SlotTable:
         offset = index * RECORD.size
         seq = RECORD.unpack_from(self.memory, offset)[0]
         struct.pack_into("<I", self.memory, offset, (seq + 1) & SEQ)
-        RECORD.pack_into(self.memory, offset, (seq + 1) & SEQ, 0, 0, b"", 0.0, 0.0)
+        RECORD.pack_into(self.memory, offset, (seq + 1) & SEQ, *EMPTY)
         struct.pack_into("<I", self.memory, offset, (seq + 2) & SEQ)
 
     def reset(self, index: int) -> Running | None:
@@ -86,7 +98,7 @@ class SlotTable:
         offset = index * RECORD.size
         seq = RECORD.unpack_from(self.memory, offset)[0]
         running = self.get(index) if seq % 2 == 0 else None
-        RECORD.pack_into(self.memory, offset, (seq + 2 - seq % 2) & SEQ, 0, 0, b"", 0.0, 0.0)
+        RECORD.pack_into(self.memory, offset, (seq + 2 - seq % 2) & SEQ, *EMPTY)
         return running
 
     def get(self, index: int) -> Running | None:
@@ -97,7 +109,7 @@ class SlotTable:
         """
         offset = index * RECORD.size
         for _ in range(SPINS):
-            seq, queue_index, epoch, raw_id, started, timeout = RECORD.unpack_from(
+            seq, queue_index, epoch, raw_id, started, timeout, *attempt = RECORD.unpack_from(
                 self.memory, offset
             )
             if seq % 2 == 0 and struct.unpack_from("<I", self.memory, offset)[0] == seq:
@@ -107,7 +119,7 @@ class SlotTable:
         task_id = raw_id.rstrip(b"\0").decode("ascii", "replace")
         if not task_id:
             return None
-        return Running(task_id, queue_index, str(epoch), started, timeout)
+        return Running(task_id, queue_index, str(epoch), started, timeout, *attempt)
 
     def mark_lost(self, index: int, running: Running) -> None:
         """Record that this run, in slot index, lost its lease (before signalling its child)."""

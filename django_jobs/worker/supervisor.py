@@ -12,7 +12,12 @@ slot table. The supervisor reads that table to
   stop fetching and finish their task within the shutdown timeout; the rest are stopped and
   their tasks put back without spending an attempt. A second signal is immediate.
 
-Children die with the supervisor (see child.py): a `kill -9` of it leaves none behind.
+Children die with the supervisor (see child.py): a `kill -9` of it leaves none behind. What
+becomes of a run whose child it reaps is the outcome policy's answer (policy.py), written
+through the broker; Redis unavailable then, the task's lease expires and a recoverer puts it
+back. When the heartbeat has failed for longer than the lease (Redis unreachable, or refusing
+it), the leases of every running task are gone: the worker stops, exit code HEADLESS, rather
+than run on with tasks other workers may be running too.
 
 Start order: signal handlers, the slot table, children (forked before any thread or connection
 exists), then the loops (heartbeat first, so leases are renewed from the first second). Stop
@@ -21,7 +26,6 @@ order: children, then the registry entry.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -30,20 +34,19 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import FrameType
-
-from django.db import connections
 
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable
-from django_jobs.worker import child
+from django_jobs.worker import child, policy
+from django_jobs.worker.children import ChildProcess, how_it_ended, signal_all, spawn, stop_all
 from django_jobs.worker.forwarder import Forwarder
 from django_jobs.worker.heartbeat import Heartbeat
 from django_jobs.worker.janitor import Janitor
 from django_jobs.worker.loop import Ticker
-from django_jobs.worker.processor import write_timed_out
+from django_jobs.worker.policy import Attempt
+from django_jobs.worker.processor import write_decision
 from django_jobs.worker.recoverer import Recoverer
 from django_jobs.worker.slots import Running, SlotTable
 
@@ -52,20 +55,9 @@ logger = logging.getLogger("django_jobs.worker.supervisor")
 #: Seconds between two looks at the children (deaths, timeouts, signals): bounds how late a
 #: dead child's task goes back. Each look is a few system calls, no Redis command.
 TICK = 0.05
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
-
-
-@dataclass
-class Child:
-    """One child process in its slot."""
-
-    pid: int
-    killed_for_timeout: bool = False
-    stopped: bool = False
-    #: The run whose lease was lost, signalled at `lost_at` (monotonic), killed if it stays.
-    lost: Running | None = None
-    lost_at: float = 0.0
-    killed_for_lost: bool = False
+#: The exit code of a worker that stopped because its heartbeat failed for longer than the
+#: lease (EX_TEMPFAIL: a process manager may start it again).
+HEADLESS = 75
 
 
 class Supervisor:
@@ -89,7 +81,8 @@ class Supervisor:
             self.settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
         self.table = SlotTable(concurrency)
-        self.children: list[Child] = []
+        self.children: list[ChildProcess] = []
+        self.exit_code = 0
         self.signals = 0
         #: Stop requests not yet acted on: (what, whether a repeat stops at once). Appended by
         #: signal handlers and other threads, taken by the loop.
@@ -147,18 +140,18 @@ class Supervisor:
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
         for index in range(self.concurrency):
-            self.children.append(self._spawn(index))
+            self.children.append(spawn(self.broker, self.queues, self.table, index))
         try:
             while not self._finished():
                 self._step()
         finally:
-            self._stop_children()
+            stop_all(self.children)
             try:
                 self.heartbeat.stop()
             except BrokerUnavailable:
                 pass  # the entry expires on its own
         logger.info("worker %s stopped", self.worker_id)
-        return 0
+        return self.exit_code
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.request_stop(signal.Signals(signum).name)
@@ -182,7 +175,7 @@ class Supervisor:
                     "stop now", what, self.shutdown_timeout,
                 )  # fmt: skip
                 self.stop_deadline = time.monotonic() + self.shutdown_timeout
-                self._signal_children(signal.SIGTERM)
+                signal_all(self.children, signal.SIGTERM)
             elif again_is_now:
                 self.signals += 1
                 logger.info("%s again: stopping now", what)
@@ -204,6 +197,13 @@ class Supervisor:
         self._reap()
         self._enforce_timeouts()
         until_next_tick = self.ticker.run_due()
+        if self.ticker.gave_up and self.stop_deadline is None:
+            logger.error(
+                "worker %s stopping now (exit code %d): %s; the leases of its running tasks "
+                "are gone, so they are killed and run again once recovered",
+                self.worker_id, HEADLESS, self.ticker.gave_up,
+            )  # fmt: skip
+            self.exit_code, self.stop_deadline = HEADLESS, 0.0
         self._take_requests()
         if self.burst and self.stop_deadline is None:
             self._burst_check()
@@ -215,55 +215,16 @@ class Supervisor:
             return
         try:
             moved = sum(self.broker.forward(q) for q in self.queues)
-            with self.broker.unavailable():
-                pending = sum(
-                    self.broker.client.llen(self.broker.keys(q).pending) for q in self.queues
-                )
+            pending = self.broker.pending_count(self.queues)
         except BrokerUnavailable as exc:
             logger.debug("burst: could not look for work (%s)", exc)  # the ticker says why
             return
         if not moved and not pending and not self.running():
             logger.info("burst: no work is due, stopping")
             self.stop_deadline = time.monotonic() + self.shutdown_timeout
-            self._signal_children(signal.SIGTERM)
+            signal_all(self.children, signal.SIGTERM)
 
     # -- children ---------------------------------------------------------------------------
-
-    def _spawn(self, index: int) -> Child:
-        self.table.clear(index)
-        parent = os.getpid()
-        # No database connection may cross a fork: two processes on one socket corrupt it.
-        connections.close_all()
-        # Hold stop signals across the fork: until the child has its own handlers, a SIGTERM
-        # would run the supervisor's handler in the child and be lost. It stays pending instead.
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        # Everything imported so far lives as long as the process: the child's collector need
-        # not scan it (a full collection of a Django project's heap takes milliseconds, paid by
-        # the task it lands on), and not touching it keeps its pages shared with the supervisor.
-        gc.freeze()
-        pid = os.fork()
-        if pid != 0:
-            gc.unfreeze()  # the supervisor's own garbage stays collectable
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 0
-            try:
-                child.main(self.broker, self.queues, self.table, index, parent)
-            except BaseException:
-                logger.exception("worker child %d crashed", os.getpid())
-                code = 1
-            finally:
-                logging.shutdown()
-                os._exit(code)
-        return Child(pid=pid)
-
-    def _signal_children(self, signum: int) -> None:
-        for c in self.children:
-            if not c.stopped:
-                try:
-                    os.kill(c.pid, signum)
-                except ProcessLookupError:
-                    pass  # exited already: _reap sees it
 
     def _reap(self) -> None:
         for index, c in enumerate(self.children):
@@ -277,30 +238,35 @@ class Supervisor:
             if task is not None:
                 self._child_died(c, task, status)
             if self.stop_deadline is None:
-                self.children[index] = self._spawn(index)
+                self.children[index] = spawn(self.broker, self.queues, self.table, index)
 
-    def _child_died(self, c: Child, task: Running, status: int) -> None:
+    def _child_died(self, c: ChildProcess, task: Running, status: int) -> None:
+        """Ask the policy what becomes of the run of a child that exited, and write it."""
         delivery = self._delivery(task)
-        how = (
-            f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
-            if os.WIFSIGNALED(status)
-            else f"exit code {os.WEXITSTATUS(status)}"
-        )
         if c.killed_for_lost:
             logger.warning(
                 "task %s: child %d killed (its run lost its lease and did not stop within %gs); "
                 "nothing written for it", delivery.id, c.pid, self.settings.timeout_grace,
             )  # fmt: skip
             return
+        if c.killed_for_timeout:
+            attempt = Attempt(task.attempt, task.max_attempts, int(task.epoch), task.backoff)
+            decision = policy.timed_out(attempt, task.timeout)
+            what = f"child {c.pid} killed after the timeout's grace"
+        else:
+            decision = policy.crashed(
+                f"worker child {c.pid} died ({how_it_ended(status)}) while running it"
+            )
+            what = decision.error
         try:
-            if c.killed_for_timeout:
-                write_timed_out(self.broker, delivery, task.timeout)
-                return
-            reason = f"worker child {c.pid} died ({how}) while running it"
-            state = self.broker.requeue(delivery, crash=True, reason=reason)
-            logger.warning("task %s: %s; now %s", delivery.id, reason, state or "elsewhere")
+            state = write_decision(self.broker, delivery, decision)
         except BrokerUnavailable as exc:
-            logger.warning("task %s: could not put it back (%s); its lease will", delivery.id, exc)
+            logger.warning(
+                "task %s: %s; could not write what becomes of it (%s): its lease expires and "
+                "a recoverer puts it back", delivery.id, what, exc,
+            )  # fmt: skip
+            return
+        logger.warning("task %s: %s; now %s", delivery.id, what, state or "elsewhere")
 
     def _lease_lost(self, delivery: Delivery, since: float) -> None:
         """The heartbeat found a running task's lease lost: interrupt that run (not another)."""
@@ -368,22 +334,8 @@ class Supervisor:
             if task is None:
                 continue
             try:
-                state = self.broker.requeue(self._delivery(task), crash=False, reason="stopped")
+                decision = policy.handed_back("stopped")
+                state = write_decision(self.broker, self._delivery(task), decision)
                 logger.info("task %s put back (worker stopping): %s", task.task_id, state)
             except BrokerUnavailable as exc:
                 logger.warning("task %s: could not put it back (%s)", task.task_id, exc)
-
-    def _stop_children(self) -> None:
-        """Ask children still running to stop, wait a little, then kill what is left."""
-        self._signal_children(signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for c in self.children:
-            while not c.stopped:
-                if os.waitpid(c.pid, os.WNOHANG)[0] != 0:
-                    c.stopped = True
-                elif time.monotonic() > deadline:
-                    os.kill(c.pid, signal.SIGKILL)
-                    os.waitpid(c.pid, 0)
-                    c.stopped = True
-                else:
-                    time.sleep(0.01)

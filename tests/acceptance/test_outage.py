@@ -24,7 +24,8 @@ def test_runworker__redis_outage_logs_a_bounded_number_of_lines_then_work_resume
     # Given an idle worker with several children alone on a Redis of its own
     settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url}
     worker.url = private_redis.url
-    worker.start("--concurrency", str(CHILDREN))
+    # (a lease longer than the outage: past the lease, the worker stops, as the next test shows)
+    worker.start("--concurrency", str(CHILDREN), LEASE=3 * OUTAGE)
     client = private_redis.client()
     wait_until(lambda: client.zcard(f"{redis_ns.namespace}:workers"), timeout=20)
     wait_until(lambda: sum("b" in c["flags"] for c in client.client_list()) == CHILDREN)

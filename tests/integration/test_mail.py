@@ -207,11 +207,10 @@ def test_send_email__an_unknown_template_fails_at_the_call_site(queued: RedisNam
 def test_send_email__an_unknown_template_in_the_worker_is_not_retryable(
     queued: RedisNamespace,
 ) -> None:
-    from django_jobs.exceptions import NotRetryable
-    from django_jobs.jobs import JobContext
+    from django_jobs.jobs import JobContext, SkipRetry
 
     job = SendEmail(JobContext("t1", 1, 0, "critical", 0))
-    with pytest.raises(NotRetryable, match=r"'mail/gone\.html' does not exist"):
+    with pytest.raises(SkipRetry, match=r"'mail/gone\.html' does not exist"):
         job.run(SendEmailPayload(to="a@example.com", template="mail/gone.html"))
 
 

@@ -15,7 +15,8 @@ from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.broker.redis import COUNTER_TTL
 from django_jobs.client import JobHandle, get_broker
 from django_jobs.testing import run_burst
-from django_jobs.worker.processor import MAX_ERROR, MAX_TRACEBACK, Outcome, Processor
+from django_jobs.worker.policy import MAX_ERROR, MAX_TRACEBACK
+from django_jobs.worker.processor import Outcome, Processor
 from tests.conftest import RedisNamespace, wait_until
 from tests.redis_state import q, redis_now, snapshot, t
 

@@ -1,0 +1,102 @@
+"""The supervisor's children as processes: fork one, signal them, stop them, say how one ended.
+
+What a child does is child.py; what the supervisor does with what they run is supervisor.py.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connections
+
+from django_jobs.broker.redis import RedisBroker
+from django_jobs.worker import child
+from django_jobs.worker.slots import Running, SlotTable
+
+logger = logging.getLogger("django_jobs.worker.supervisor")
+
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+#: Seconds `stop_all` waits for children to exit on SIGTERM before it kills them.
+STOP_WAIT = 5.0
+
+
+@dataclass
+class ChildProcess:
+    """The supervisor's record of one child process, in its slot."""
+
+    pid: int
+    killed_for_timeout: bool = False
+    stopped: bool = False
+    #: The run whose lease was lost, signalled at `lost_at` (monotonic), killed if it stays.
+    lost: Running | None = None
+    lost_at: float = 0.0
+    killed_for_lost: bool = False
+
+
+def spawn(broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int) -> ChildProcess:
+    """Fork the child of slot index (its slot emptied first)."""
+    table.clear(index)
+    parent = os.getpid()
+    # No database connection may cross a fork: two processes on one socket corrupt it.
+    connections.close_all()
+    # Hold stop signals across the fork: until the child has its own handlers, a SIGTERM
+    # would run the supervisor's handler in the child and be lost. It stays pending instead.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    # Everything imported so far lives as long as the process: the child's collector need
+    # not scan it (a full collection of a Django project's heap takes milliseconds, paid by
+    # the task it lands on), and not touching it keeps its pages shared with the supervisor.
+    gc.freeze()
+    pid = os.fork()
+    if pid != 0:
+        gc.unfreeze()  # the supervisor's own garbage stays collectable
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    if pid == 0:  # pragma: no cover - runs in the child
+        code = 0
+        try:
+            child.main(broker, queues, table, index, parent)
+        except BaseException:
+            logger.exception("worker child %d crashed", os.getpid())
+            code = 1
+        finally:
+            logging.shutdown()
+            os._exit(code)
+    return ChildProcess(pid=pid)
+
+
+def signal_all(children: Sequence[ChildProcess], signum: int) -> None:
+    """Send signum to every child not known to have exited."""
+    for c in children:
+        if not c.stopped:
+            try:
+                os.kill(c.pid, signum)
+            except ProcessLookupError:
+                pass  # exited already: the supervisor's reap sees it
+
+
+def stop_all(children: Sequence[ChildProcess]) -> None:
+    """Ask children still running to stop, wait a little, then kill what is left."""
+    signal_all(children, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT
+    for c in children:
+        while not c.stopped:
+            if os.waitpid(c.pid, os.WNOHANG)[0] != 0:
+                c.stopped = True
+            elif time.monotonic() > deadline:
+                os.kill(c.pid, signal.SIGKILL)
+                os.waitpid(c.pid, 0)
+                c.stopped = True
+            else:
+                time.sleep(0.01)
+
+
+def how_it_ended(status: int) -> str:
+    """A wait status in words: "killed by SIGKILL", "exit code 1"."""
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit code {os.WEXITSTATUS(status)}"
