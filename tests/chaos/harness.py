@@ -1,4 +1,5 @@
-"""What the battery works with: Redis servers, runworker processes, and one stage per scenario.
+"""What the battery works with: runworker processes, and one stage per scenario (the Redis
+servers it starts, and what /proc tells, are in processes.py).
 
 A stage is one scenario's world: a namespace of its own on a Redis server, a log directory for
 the Chaos job, JOBS overridden for the battery's own enqueues, the workers it started and the
