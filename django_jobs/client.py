@@ -1,23 +1,42 @@
-"""Enqueueing: validate, resolve defaults, write to Redis in one round trip, return handles."""
+"""Enqueueing: validate, resolve defaults, hand the tasks to a backend, return handles.
+
+The backend is the settings' (Redis, or with REDIS_URL unset the WHEN_DISABLED mode), unless a
+test helper has put one in its place with `override_backend` (django_jobs.testing does).
+
+On-commit enqueues (`on_commit=True`, or JOBS["ENQUEUE_ON_COMMIT"] inside atomic()) wait for
+their transaction in one batch per transaction and database alias, sent in one round trip when
+it commits; see `Deferred`.
+"""
 
 from __future__ import annotations
 
 import logging
 import typing
 import uuid
-from collections.abc import Sequence
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
-from django.views.decorators.debug import sensitive_variables
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_jobs.broker.connection import connect
-from django_jobs.broker.protocol import EnqueueRequest
-from django_jobs.broker.redis import RedisBroker
+from django_jobs.backends.base import Backend, Submission
+from django_jobs.backends.inline import InlineBackend
+from django_jobs.backends.redis import RedisBackend
+from django_jobs.backends.skip import SkipBackend
+from django_jobs.broker.factory import get_broker as get_broker
+from django_jobs.broker.protocol import Accepted
 from django_jobs.conf import JobsSettings, get_settings, to_seconds
-from django_jobs.exceptions import DuplicateJob, JobsDisabled, PayloadTooLarge, UnknownQueue
+from django_jobs.exceptions import (
+    BrokerUnavailable,
+    DuplicateJob,
+    JobsDisabled,
+    PayloadTooLarge,
+    UnknownQueue,
+)
 from django_jobs.message import Message, encode, payload_to_json
 
 if TYPE_CHECKING:
@@ -25,29 +44,38 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_jobs.client")
 
-#: Most tasks written in one pipeline by enqueue_many.
-BATCH_SIZE = 500
+#: The state of a handle whose enqueue waits for its transaction to commit.
+DEFERRED = "deferred"
 
-_broker: tuple[JobsSettings, RedisBroker] | None = None
+_backends: dict[str, Backend] = {
+    "redis": RedisBackend(),
+    "inline": InlineBackend(),
+    "skip": SkipBackend(),
+}
+#: The backend every enqueue goes to instead of the settings' one (see override_backend).
+_override: Backend | None = None
 
 
-@sensitive_variables("settings")  # its redis_url may hold a password (Django's debug page)
-def get_broker() -> RedisBroker:
-    """Return the broker for the current settings (one client per process and settings)."""
-    global _broker
-    settings = get_settings()
-    if _broker is None or _broker[0] is not settings:
-        if not settings.enabled:
-            raise JobsDisabled(
-                f'Jobs are disabled: JOBS["REDIS_URL"] is not set, so there is no Redis to talk '
-                f'to (JOBS["WHEN_DISABLED"] is {settings.when_disabled!r}, which decides only '
-                f"what enqueue does). Set REDIS_URL (for example redis://127.0.0.1:6379/0) to "
-                f"enable jobs."
-            )
-        assert settings.redis_url is not None
-        client = connect(settings.redis_url, settings.enqueue_timeout)
-        _broker = (settings, RedisBroker(client, settings))
-    return _broker[1]
+@contextmanager
+def override_backend(backend: Backend) -> Iterator[Backend]:
+    """Send every enqueue inside the block to `backend`, whatever JOBS says (test helpers)."""
+    global _override
+    saved, _override = _override, backend
+    try:
+        yield backend
+    finally:
+        _override = saved
+
+
+def backend_for(settings: JobsSettings) -> Backend:
+    """The backend enqueues go to: the override, Redis, or the WHEN_DISABLED mode's."""
+    if _override is not None:
+        return _override
+    if settings.enabled:
+        return _backends["redis"]
+    if settings.when_disabled == "raise":
+        raise JobsDisabled()
+    return _backends[settings.when_disabled]
 
 
 @dataclass
@@ -55,8 +83,8 @@ class JobHandle:
     """An enqueued job: its id, where it went, and its state when enqueue returned.
 
     `state` is a task state ("pending", "scheduled"), "deferred" until the transaction of an
-    on_commit enqueue commits, or for jobs run with Redis disabled: "completed", "dead" (the
-    inline run raised) or "skipped".
+    on-commit enqueue commits (then the state it was accepted in), or for jobs run with Redis
+    disabled: "completed", "dead" (the inline run raised) or "skipped".
     """
 
     id: str
@@ -153,12 +181,17 @@ def enqueue(
     items: Sequence[tuple[Any, str | None]],
     options: Options,
     *,
-    on_commit: bool = False,
+    on_commit: bool | None = None,
+    using: str | None = None,
 ) -> list[JobHandle]:
-    """Validate every (payload, idempotency key) and enqueue them; see Job.enqueue."""
+    """Validate every (payload, idempotency key) and enqueue them; see Job.enqueue.
+
+    on_commit None: JOBS["ENQUEUE_ON_COMMIT"] decides, for an enqueue inside atomic() on the
+    database `using` (default: the default database).
+    """
     settings = get_settings()
     resolved = resolve(job, options, settings)
-    messages = []
+    submissions = []
     for payload, key in items:
         data = payload_to_json(payload, job.payload_type)
         if key is not None and (not isinstance(key, str) or not key):
@@ -177,74 +210,121 @@ def enqueue(
         size = len(encoded.encode())
         if size > settings.max_payload_bytes:
             raise PayloadTooLarge(size, settings.max_payload_bytes)
-        messages.append((message, encoded))
-
-    if not settings.enabled:
-        return _when_disabled(job, messages, settings, on_commit)
-    if on_commit:
-        transaction.on_commit(lambda: _submit_after_commit(job, messages, resolved))
-        return [JobHandle(m.id, job.name, m.queue, "deferred") for m, _ in messages]
-    return _submit(job, messages, resolved)
-
-
-def _submit(
-    job: type[Job[Any]], messages: list[tuple[Message, str]], resolved: Resolved
-) -> list[JobHandle]:
-    broker = get_broker()
-    keys = broker.keys(resolved.queue)
-    handles = []
-    for start in range(0, len(messages), BATCH_SIZE):
-        batch = messages[start : start + BATCH_SIZE]
-        requests = [
-            EnqueueRequest(
-                id=message.id,
-                queue=message.queue,
-                encoded=encoded,
-                delay=resolved.delay,
-                eta=resolved.eta,
-                idempotency_key=(
-                    keys.idempotency(job.name, message.idempotency_key)
-                    if message.idempotency_key
-                    else None
-                ),
-                idempotency_window=resolved.idempotency_window,
+        submissions.append(
+            Submission(
+                job, message, encoded, resolved.delay, resolved.eta, resolved.idempotency_window
             )
-            for message, encoded in batch
-        ]
-        for (message, _), accepted in zip(batch, broker.enqueue(requests), strict=True):
+        )
+    backend = backend_for(settings)
+    connection = transaction.get_connection(using or DEFAULT_DB_ALIAS)
+    if on_commit is None:
+        on_commit = settings.enqueue_on_commit and connection.in_atomic_block
+    if not on_commit:
+        made = []
+        for s, accepted in zip(submissions, backend.submit(submissions), strict=True):
             if accepted.duplicate_of is not None:
-                assert message.idempotency_key is not None
-                raise DuplicateJob(job.name, message.idempotency_key, accepted.duplicate_of)
-            handles.append(JobHandle(message.id, job.name, message.queue, accepted.state))
-    return handles
+                assert s.message.idempotency_key is not None
+                raise DuplicateJob(job.name, s.message.idempotency_key, accepted.duplicate_of)
+            made.append(JobHandle(s.message.id, job.name, s.message.queue, accepted.state))
+        return made
+    deferred = [JobHandle(s.message.id, job.name, s.message.queue, DEFERRED) for s in submissions]
+    if connection.in_atomic_block:
+        Batch.of(connection).add(backend, submissions, deferred)
+    else:  # no transaction: as with Django's on_commit, it has committed already
+        send_after_commit(backend, submissions, deferred)
+    return deferred
 
 
-def _submit_after_commit(
-    job: type[Job[Any]], messages: list[tuple[Message, str]], resolved: Resolved
+def send_after_commit(
+    backend: Backend, submissions: Sequence[Submission], deferred: Sequence[JobHandle]
 ) -> None:
+    """Submit what waited for a commit; never raise into the commit hook.
+
+    A duplicate idempotency key is logged (the original is on its way); Redis unavailable is
+    logged with the ids of the jobs that may be lost: the transaction has committed, so nothing
+    can be undone, and nothing retries them.
+    """
     try:
-        _submit(job, messages, resolved)
-    except DuplicateJob as exc:
-        logger.info("%s", exc)
+        answers: Sequence[Accepted] = backend.submit(submissions)
+    except BrokerUnavailable as exc:
+        ids = ", ".join(f"{s.job.name} {s.message.id}" for s in submissions)
+        logger.error(
+            "enqueue after commit failed, so %d job(s) may be lost (the outbox would have kept "
+            "them): %s; jobs: %s",
+            len(submissions),
+            exc,
+            ids,
+        )
+        return
+    for s, handle, accepted in zip(submissions, deferred, answers, strict=True):
+        if accepted.duplicate_of is not None:
+            assert s.message.idempotency_key is not None
+            duplicate = DuplicateJob(s.job.name, s.message.idempotency_key, accepted.duplicate_of)
+            logger.info("at commit: %s", duplicate)
+        else:
+            handle.state = accepted.state
 
 
-def _when_disabled(
-    job: type[Job[Any]],
-    messages: list[tuple[Message, str]],
-    settings: JobsSettings,
-    on_commit: bool,
-) -> list[JobHandle]:
-    if settings.when_disabled == "raise":
-        raise JobsDisabled()
-    if settings.when_disabled == "skip":
-        for message, _ in messages:
-            logger.info(
-                "jobs are disabled (REDIS_URL is not set): skipped %s %s", job.name, message.id
-            )
-        return [JobHandle(m.id, job.name, m.queue, "skipped") for m, _ in messages]
-    from django_jobs.worker.processor import run_inline
+class _Marker:
+    """One deferred enqueue's on_commit callback; the first to run sends its whole batch.
 
-    if on_commit:
-        transaction.on_commit(lambda: [run_inline(job, m) for m, _ in messages])
-        return [JobHandle(m.id, job.name, m.queue, "deferred") for m, _ in messages]
-    return [JobHandle(m.id, job.name, m.queue, run_inline(job, m)) for m, _ in messages]
+    Django drops the callbacks registered inside a savepoint that rolls back (and all of them
+    when the transaction rolls back); a dropped marker is freed at once, as nothing else holds
+    it, so its batch sees that enqueue is void through a weak reference.
+    """
+
+    __slots__ = ("__weakref__", "batch")
+
+    def __init__(self, batch: Batch) -> None:
+        self.batch = batch
+
+    def __call__(self) -> None:
+        self.batch.send()
+
+
+class Batch:
+    """The on-commit enqueues of one transaction on one database connection.
+
+    Each enqueue registers its own marker with Django's on_commit, which keeps track of the
+    savepoints; when the transaction commits, the first marker to run submits every enqueue
+    whose marker is still registered, in one call per backend: one round trip (per 500
+    tasks) however many enqueues the transaction made.
+    """
+
+    _open: weakref.WeakKeyDictionary[BaseDatabaseWrapper, Batch] = weakref.WeakKeyDictionary()
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+        self.entries: list[
+            tuple[weakref.ref[_Marker], Backend, Sequence[Submission], Sequence[JobHandle]]
+        ] = []
+        self.sent = False
+
+    @classmethod
+    def of(cls, connection: BaseDatabaseWrapper) -> Batch:
+        """The batch of the connection's current transaction (a new one after a commit or a
+        rollback: every marker of a rolled-back transaction is gone)."""
+        batch = cls._open.get(connection)
+        if batch is None or batch.sent or not any(ref() for ref, *_ in batch.entries):
+            batch = cls._open[connection] = cls(connection.alias)
+        return batch
+
+    def add(
+        self, backend: Backend, submissions: Sequence[Submission], deferred: Sequence[JobHandle]
+    ) -> None:
+        marker = _Marker(self)
+        self.entries.append((weakref.ref(marker), backend, submissions, deferred))
+        transaction.on_commit(marker, using=self.alias)
+
+    def send(self) -> None:
+        if self.sent:
+            return
+        self.sent = True
+        live = [entry for entry in self.entries if entry[0]() is not None]
+        self.entries.clear()
+        backends = {id(backend): backend for _, backend, _, _ in live}
+        for key, backend in backends.items():
+            mine = [entry for entry in live if id(entry[1]) == key]
+            submissions = [s for _, _, subs, _ in mine for s in subs]
+            handles = [h for _, _, _, hs in mine for h in hs]
+            send_after_commit(backend, submissions, handles)

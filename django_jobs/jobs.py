@@ -1,5 +1,4 @@
-"""`Job[Payload]`: the base class of every job, the control signals a handler raises (`Retry`,
-`Fail`, `SkipRetry`), and the registry that finds a job by name."""
+"""`Job[Payload]`: the base class of every job, and the registry that finds a job by name."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import dataclasses
 import random
 import typing
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -15,6 +13,7 @@ from django.apps import apps
 from django.core.exceptions import AppRegistryNotReady
 
 from django_jobs.exceptions import UnknownJob
+from django_jobs.message import JobContext as JobContext  # defined with the plain data
 
 if TYPE_CHECKING:
     from django_jobs.client import JobHandle
@@ -25,56 +24,6 @@ P = TypeVar("P")
 BACKOFF = (1.0, 4.0, 15.0, 60.0)
 #: The longest delay between two runs, in seconds.
 MAX_BACKOFF = 3600.0
-
-
-class Retry(Exception):
-    """Raise in `run` to run the task again after `delay` seconds, without counting a failure.
-
-    No attempt is spent, no failure counted, no traceback kept. Bounded: a task's first
-    `MAX_FREE_RETRIES` deliveries may ask for it for free; past that each Retry spends an
-    attempt, so max_attempts ends a handler that asks for ever.
-    """
-
-    def __init__(self, delay: timedelta | float = 0.0, reason: str = "") -> None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if not seconds >= 0:  # also NaN
-            raise ValueError(f"Retry(delay=...) must be 0 or more seconds, got {delay!r}")
-        self.delay = seconds
-        self.reason = reason
-        super().__init__(reason or f"retry in {seconds:g}s")
-
-
-class Fail(Exception):
-    """Raise in `run` to send the task to dead now, with `reason` as its error: no retry."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-        super().__init__(reason)
-
-
-class SkipRetry(Fail):
-    """Raise in `run` (``raise SkipRetry(...) from exc``) for a failure that no later attempt can
-    fix (a template that does not exist, a payload the code can never accept): the task goes
-    dead now with this error and its traceback."""
-
-
-#: Deliveries of a task during which `Retry` spends no attempt (see `Retry`).
-MAX_FREE_RETRIES = 20
-
-
-@dataclass(frozen=True, slots=True)
-class JobContext:
-    """What a running job knows about itself (`self.context` inside `run`)."""
-
-    job_id: str
-    #: 1 for the first run, 2 for the first retry, ...
-    attempt: int
-    #: Times a worker died under this task before this run.
-    crashes: int
-    queue: str
-    #: Epoch seconds after which the run is interrupted with JobTimeout.
-    deadline: float
-    idempotency_key: str | None = None
 
 
 class Job(Generic[P]):
@@ -93,10 +42,6 @@ class Job(Generic[P]):
     #: How long a completed task is kept; 0 keeps nothing.
     retention: ClassVar[timedelta | float | None] = None
     idempotency_window: ClassVar[timedelta | float | None] = None
-    #: Run `run` in one database transaction with a ProcessedTask row keyed by the task id: a
-    #: run killed midway commits nothing, and a redelivery of a task whose run committed is
-    #: acknowledged without calling `run` again.
-    atomic: ClassVar[bool] = False
 
     def __init__(self, context: JobContext) -> None:
         self.context = context
@@ -137,9 +82,12 @@ class Job(Generic[P]):
         retention: timedelta | float | None = None,
         idempotency_key: str | None = None,
         idempotency_window: timedelta | float | None = None,
-        on_commit: bool = False,
+        on_commit: bool | None = None,
     ) -> JobHandle:
         """Enqueue one run of this job and return its handle.
+
+        on_commit: True sends it when the surrounding transaction commits (the handle has the
+        id at once); None (the default) does so inside atomic() if JOBS["ENQUEUE_ON_COMMIT"].
 
         Raises DuplicateJob if idempotency_key was accepted inside its window (treat as success),
         InvalidPayload, PayloadTooLarge, UnknownQueue, or BrokerUnavailable (which may still mean
@@ -161,7 +109,7 @@ class Job(Generic[P]):
         max_attempts: int | None = None,
         timeout: timedelta | float | None = None,
         retention: timedelta | float | None = None,
-        on_commit: bool = False,
+        on_commit: bool | None = None,
     ) -> list[JobHandle]:
         """Enqueue many runs in one Redis round trip per batch; return their handles in order.
 

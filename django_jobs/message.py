@@ -1,4 +1,5 @@
-"""The task record: what enqueue writes and a worker reads, and its JSON encoding.
+"""The task record: what enqueue writes and a worker reads, its JSON encoding, and what a run
+of it knows about itself (`JobContext`).
 
 The record is versioned (`v`), so a worker can refuse a record from a newer release with a clear
 error instead of misreading it. Payloads are dataclasses whose fields hold JSON values; the check
@@ -32,6 +33,25 @@ class Message:
     max_attempts: int
     timeout: float
     retention: float
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a running job knows about itself (`self.context` inside `run`).
+
+    Plain data, here below everything that runs a job (the worker, the inline backend, the test
+    helpers); `django_jobs.JobContext` is this class.
+    """
+
+    job_id: str
+    #: 1 for the first run, 2 for the first retry, ...
+    attempt: int
+    #: Times a worker died under this task before this run.
+    crashes: int
+    queue: str
+    #: Epoch seconds after which the run is interrupted with JobTimeout.
+    deadline: float
     idempotency_key: str | None = None
 
 

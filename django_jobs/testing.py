@@ -13,9 +13,11 @@ Without Redis, like Django's ``mail.outbox``::
 With pytest, the ``jobs_captured`` fixture (``django_jobs.pytest_plugin``) does the same for
 the whole test. With Redis, `run_burst()` runs what is due through the real broker.
 
-Capturing swaps the broker only: every enqueue runs the real client code (payload checks,
-defaults, PayloadTooLarge, idempotency keys and DuplicateJob, on_commit), and the tasks are
-kept here instead of being written to Redis.
+Capturing swaps the backend only (`client.override_backend`): every enqueue runs the real client
+code (payload checks, defaults, PayloadTooLarge, idempotency keys and DuplicateJob, on_commit
+and ENQUEUE_ON_COMMIT), and the tasks are kept here instead of being written to Redis. An
+on-commit enqueue is captured when its transaction commits, as it would be sent then (in a test
+that runs inside a transaction, use Django's captureOnCommitCallbacks(execute=True)).
 """
 
 from __future__ import annotations
@@ -25,20 +27,17 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from django_jobs import client
-from django_jobs.broker.protocol import Accepted, EnqueueRequest
-from django_jobs.broker.redis import RedisBroker
-from django_jobs.conf import JobsSettings, get_settings
+from django_jobs.backends.base import Submission
+from django_jobs.broker.factory import get_broker
+from django_jobs.broker.protocol import Accepted
+from django_jobs.client import override_backend
 from django_jobs.execution import run_job
-from django_jobs.jobs import Job, JobContext, registry
-from django_jobs.keys import QueueKeys, State
-from django_jobs.message import Message, decode, payload_from_json
+from django_jobs.jobs import Job
+from django_jobs.keys import State
+from django_jobs.message import JobContext, Message, decode, payload_from_json
 from django_jobs.worker.processor import Outcome, Processor
-
-#: The REDIS_URL the client sees while jobs are captured: nothing ever connects to it.
-CAPTURE_URL = "redis://captured.invalid:6379/0"
 
 
 @dataclass(frozen=True)
@@ -86,8 +85,9 @@ class CapturedJobs:
 
     def __init__(self) -> None:
         self.jobs: list[EnqueuedJob] = []
-        #: Idempotency keys taken, as the broker's SET NX would hold them: key -> task id.
-        self.idempotency: dict[str, str] = {}
+        #: Idempotency keys taken, as the broker's SET NX would hold them (per queue and job):
+        #: (queue, job name, key) -> task id.
+        self.idempotency: dict[tuple[str, str, str], str] = {}
 
     def __iter__(self) -> Iterator[EnqueuedJob]:
         return iter(list(self.jobs))
@@ -110,32 +110,26 @@ class CapturedJobs:
         return ran
 
 
-class CaptureBroker:
-    """A broker that keeps enqueued tasks in a CapturedJobs instead of Redis (enqueue only)."""
+class CaptureBackend:
+    """A backend that keeps enqueued tasks in a CapturedJobs instead of sending them anywhere."""
 
-    def __init__(self, settings: JobsSettings, captured: CapturedJobs) -> None:
-        self.settings = settings
+    def __init__(self, captured: CapturedJobs) -> None:
         self.captured = captured
 
-    def keys(self, queue: str) -> QueueKeys:
-        return QueueKeys(self.settings.namespace, queue)
-
-    def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
+    def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
         accepted = []
-        for request in requests:
-            key = request.idempotency_key
-            if key is not None and key in self.captured.idempotency:
-                accepted.append(Accepted(State.PENDING, self.captured.idempotency[key]))
+        for s in submissions:
+            key = s.message.idempotency_key
+            scoped = None if key is None else (s.message.queue, s.job.name, key)
+            if scoped is not None and scoped in self.captured.idempotency:
+                accepted.append(Accepted(State.PENDING, self.captured.idempotency[scoped]))
                 continue
-            if key is not None:
-                self.captured.idempotency[key] = request.id
-            message = decode(request.encoded)
-            job = registry.get(message.job)
-            payload = payload_from_json(message.payload, job.payload_type)
-            self.captured.jobs.append(
-                EnqueuedJob(job, payload, message, request.delay, request.eta)
-            )
-            due_later = request.delay > 0 or (request.eta is not None and request.eta > time.time())
+            if scoped is not None:
+                self.captured.idempotency[scoped] = s.message.id
+            message = decode(s.encoded)  # as a worker would read it: the round trip is real
+            payload = payload_from_json(message.payload, s.job.payload_type)
+            self.captured.jobs.append(EnqueuedJob(s.job, payload, message, s.delay, s.eta))
+            due_later = s.delay > 0 or (s.eta is not None and s.eta > time.time())
             accepted.append(Accepted(State.SCHEDULED if due_later else State.PENDING))
         return accepted
 
@@ -147,29 +141,17 @@ _active: list[CapturedJobs] = []
 def capture_jobs() -> Iterator[CapturedJobs]:
     """Capture every enqueue inside the block instead of sending it to Redis (none needed).
 
-    The client is given settings with jobs enabled and a CaptureBroker in place of Redis, so
-    that an enqueue takes the same path as in production, whatever REDIS_URL says (even unset,
-    and even when the test changes JOBS inside the block).
+    The client's backend is replaced by a CaptureBackend, so that an enqueue takes the same path
+    as in production, whatever REDIS_URL and WHEN_DISABLED say (even when the test changes JOBS
+    inside the block).
     """
     captured = CapturedJobs()
-
-    def settings() -> JobsSettings:
-        return dataclasses.replace(get_settings(), redis_url=CAPTURE_URL)
-
-    def broker() -> RedisBroker:
-        return cast(RedisBroker, CaptureBroker(settings(), captured))
-
-    saved = (getattr(client, "get_settings"), client.get_broker)  # noqa: B009
-    # The seam the client offers today: it looks both names up in its module at each call.
-    setattr(client, "get_settings", settings)  # noqa: B010
-    setattr(client, "get_broker", broker)  # noqa: B010
-    _active.append(captured)
-    try:
-        yield captured
-    finally:
-        _active.remove(captured)
-        setattr(client, "get_settings", saved[0])  # noqa: B010
-        setattr(client, "get_broker", saved[1])  # noqa: B010
+    with override_backend(CaptureBackend(captured)):
+        _active.append(captured)
+        try:
+            yield captured
+        finally:
+            _active.remove(captured)
 
 
 def _current() -> CapturedJobs:
@@ -245,7 +227,7 @@ def run_burst(queues: Sequence[str] | None = None, max_tasks: int | None = None)
     are forwarded first, as the worker's forwarder would; tasks that are not due yet (a delay,
     a retry's backoff) are left alone.
     """
-    broker = client.get_broker()
+    broker = get_broker()
     # No connection hygiene: the test's own transaction must survive the jobs it runs.
     processor = Processor(broker, queues, hygiene=False)
     outcomes: list[Outcome] = []

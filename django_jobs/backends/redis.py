@@ -1,0 +1,44 @@
+"""Into Redis, for the workers: one round trip per batch of up to BATCH_SIZE tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django_jobs.backends.base import Submission
+from django_jobs.broker.factory import get_broker
+from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.keys import QueueKeys
+
+#: Most tasks written in one round trip.
+BATCH_SIZE = 500
+
+
+class RedisBackend:
+    """Enqueue through the process's broker (`get_broker`)."""
+
+    def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
+        broker = get_broker()
+        keys: dict[str, QueueKeys] = {}
+        accepted: list[Accepted] = []
+        for start in range(0, len(submissions), BATCH_SIZE):
+            requests = []
+            for s in submissions[start : start + BATCH_SIZE]:
+                key = s.message.idempotency_key
+                queue = s.message.queue
+                if key is not None and queue not in keys:
+                    keys[queue] = broker.keys(queue)
+                requests.append(
+                    EnqueueRequest(
+                        id=s.message.id,
+                        queue=queue,
+                        encoded=s.encoded,
+                        delay=s.delay,
+                        eta=s.eta,
+                        idempotency_key=(
+                            None if key is None else keys[queue].idempotency(s.job.name, key)
+                        ),
+                        idempotency_window=s.idempotency_window,
+                    )
+                )
+            accepted += broker.enqueue(requests)
+        return accepted
