@@ -82,53 +82,59 @@ class QueueAdmin(JobsAdmin):
             request, self.has_change_permission(request), change, url("queue_changelist")
         )
 
-    def _all_dead(
-        self,
-        request: HttpRequest,
-        queue: str,
-        allowed: bool,
-        ask: tuple[str, Callable[[str], str], str],
-        change: Callable[[Inspector], Notice],
-    ) -> HttpResponse:
-        """Ask (GET), then act (POST) on every dead task of the queue. ask: the page's title,
-        its question given how many dead tasks there are, and the button's words."""
+    def _all_dead(self, request: HttpRequest, queue: str, action: DeadAction) -> HttpResponse:
+        """Ask (GET), then act (POST) on every dead task of the queue."""
         self.check_queue(queue)
-        if not allowed:
+        if not action.allowed(self, request):
             raise PermissionDenied
         back = tasks_url(queue, State.DEAD)
         if request.method == "POST":
+
+            def change(insp: Inspector) -> Notice:
+                count = plural(action.run(insp, queue), "dead task")
+                return messages.SUCCESS, action.done.format(count=count, queue=queue)
+
             return self.act(request, True, change, back)
-        title, question, button = ask
 
         def build(insp: Inspector) -> dict[str, Any]:
-            dead = next(q.dead for q in insp.queues() if q.name == queue)
-            return {"question": question(plural(dead, "dead task"))}
+            count = plural(next(q.dead for q in insp.queues() if q.name == queue), "dead task")
+            return {"question": action.question.format(count=count, queue=queue)}
 
-        return self.confirm(request, title, build, button, back)
+        return self.confirm(request, action.title, build, action.button, back)
 
     def retry_all_dead(self, request: HttpRequest, queue: str) -> HttpResponse:
-        def change(insp: Inspector) -> Notice:
-            count = insp.retry_all_dead(queue)
-            return messages.SUCCESS, f"{plural(count, 'dead task')} of {queue} will run now."
-
-        def question(count: str) -> str:
-            return (
-                f"Run all {count} of queue {queue} again now, each with a fresh budget of attempts?"
-            )
-
-        ask = ("Retry all dead tasks", question, "Yes, retry them")
-        return self._all_dead(request, queue, self.has_change_permission(request), ask, change)
+        return self._all_dead(request, queue, RETRY_ALL_DEAD)
 
     def delete_all_dead(self, request: HttpRequest, queue: str) -> HttpResponse:
-        def change(insp: Inspector) -> Notice:
-            count = insp.delete_all_dead(queue)
-            return messages.SUCCESS, f"Deleted {plural(count, 'dead task')} of {queue}."
+        return self._all_dead(request, queue, DELETE_ALL_DEAD)
 
-        def question(count: str) -> str:
-            return (
-                f"Delete all {count} of queue {queue}? They cannot be retried afterwards, and "
-                f"their idempotency keys are released."
-            )
 
-        ask = ("Delete all dead tasks", question, "Yes, delete them")
-        return self._all_dead(request, queue, self.has_delete_permission(request), ask, change)
+@dataclass(frozen=True)
+class DeadAction:
+    """An action on all of a queue's dead tasks; its texts name {count} and {queue}."""
+
+    allowed: Callable[[JobsAdmin, HttpRequest], bool]
+    run: Callable[[Inspector, str], int]
+    title: str
+    question: str
+    button: str
+    done: str
+
+
+RETRY_ALL_DEAD = DeadAction(
+    lambda page, request: page.has_change_permission(request),
+    Inspector.retry_all_dead,
+    "Retry all dead tasks",
+    "Run all {count} of queue {queue} again now, each with a fresh budget of attempts?",
+    "Yes, retry them",
+    "{count} of {queue} will run now.",
+)
+DELETE_ALL_DEAD = DeadAction(
+    lambda page, request: page.has_delete_permission(request),
+    Inspector.delete_all_dead,
+    "Delete all dead tasks",
+    "Delete all {count} of queue {queue}? They cannot be retried afterwards, and their "
+    "idempotency keys are released.",
+    "Yes, delete them",
+    "Deleted {count} of {queue}.",
+)

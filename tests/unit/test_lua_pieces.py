@@ -34,9 +34,9 @@ def test_script_bodies__a_shared_piece_is_not_written_again(piece: str) -> None:
     ("script", "pieces"),
     [
         ("ack", {"held", "clock"}),
-        ("retry", {"held", "clock"}),
-        ("kill", {"held", "clock"}),
-        ("requeue", {"held", "crashed", "back", "wake"}),
+        ("retry", {"claim", "held", "clock"}),
+        ("kill", {"claim", "held", "clock"}),
+        ("requeue", {"claim", "held", "crashed", "back", "wake"}),
         ("recover", {"crashed", "back", "wake", "clock"}),
         ("enqueue_many", {"wake", "clock"}),
         ("forward", {"wake", "clock"}),

@@ -99,6 +99,16 @@ local function range(key, ...)
   end
   return ids
 end
+-- due(delay, eta): Redis' time now, and when a new task is due: at eta (epoch seconds) unless
+-- it is "", else delay seconds from now (0 or less: now). The one rule of enqueue and
+-- enqueue_many.
+local function due(delay, eta)
+  local now = clock()
+  if eta ~= '' then
+    return now, tonumber(eta)
+  end
+  return now, now + math.max(0, tonumber(delay))
+end
 -- held(key, epoch, done, gone): the stale-epoch guard every outcome script opens with (ack,
 -- retry, kill, requeue), before any write. Returns true when task record `key` is active under
 -- `epoch` (the caller still holds the run: go on); else the reply to return at once, nothing
@@ -121,6 +131,19 @@ local function held(key, epoch, done, gone)
     return 0
   end
   return true
+end
+-- claim(record, epoch, done, active, lease, id, key, type, ...): the opening of an outcome
+-- script that files the task elsewhere (retry, kill, requeue): the stale-epoch guard (`held`,
+-- no record answering 0), then the types of the keys it will write (key, type pairs, as for
+-- `wrong_type`), then `take` of id from active and lease. Returns nil when the caller holds the
+-- run and the task is out of active and lease (go on); else the reply to return at once, with
+-- nothing written.
+local function claim(record, epoch, done, active, lease, id, ...)
+  local stale = held(record, epoch, done)
+  if stale ~= true then
+    return stale
+  end
+  return wrong_type(...) or take(active, lease, id)
 end
 -- back(key, id, pending, wakekey): file task `id` (record `key`) as pending at the head of the
 -- line (it has waited longest) and leave a wake-up token. Returns 'pending'.

@@ -37,17 +37,11 @@ elseif kind ~= 'none' then
   return wrong_type(KEYS[1], 'hash')
 end
 
-local now = clock()
-local due = now
-if ARGV[4] ~= '' then
-  due = tonumber(ARGV[4])
-elseif tonumber(ARGV[3]) > 0 then
-  due = now + tonumber(ARGV[3])
-end
+local now, due_at = due(ARGV[3], ARGV[4])
 
 -- Only the structure this task goes to is checked: the other one is not written.
 local bad
-if due > now then
+if due_at > now then
   bad = wrong_type(KEYS[3], 'zset')
 else
   bad = wrong_type(KEYS[2], 'list')
@@ -56,10 +50,10 @@ if bad then
   return bad
 end
 local state = 'pending'
-if due > now then
+if due_at > now then
   state = 'scheduled'
-  redis.call('ZADD', KEYS[3], due, id)
-  redis.call('HSET', KEYS[1], 'next_at', tostring(due))
+  redis.call('ZADD', KEYS[3], due_at, id)
+  redis.call('HSET', KEYS[1], 'next_at', tostring(due_at))
 else
   redis.call('LPUSH', KEYS[2], id)
   wake(KEYS[4])

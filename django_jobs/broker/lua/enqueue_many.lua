@@ -27,15 +27,9 @@ for i = 4, #KEYS do
     return wrong_type(KEYS[i], 'hash')
   end
 end
-local now = clock()
-local due = now
-if ARGV[2] ~= '' then
-  due = tonumber(ARGV[2])
-elseif tonumber(ARGV[1]) > 0 then
-  due = now + tonumber(ARGV[1])
-end
+local now, due_at = due(ARGV[1], ARGV[2])
 local state = 'pending'
-if due > now then
+if due_at > now then
   state = 'scheduled'
 end
 local enqueued_at = tostring(now)
@@ -44,8 +38,8 @@ for _, i in ipairs(new) do
   redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
     enqueued_at, 'attempts', 0, 'crashes', 0, 'epoch', 0)
   if state == 'scheduled' then
-    redis.call('HSET', KEYS[i], 'next_at', tostring(due))
-    redis.call('ZADD', KEYS[2], due, id)
+    redis.call('HSET', KEYS[i], 'next_at', tostring(due_at))
+    redis.call('ZADD', KEYS[2], due_at, id)
   else
     redis.call('LPUSH', KEYS[1], id)
   end

@@ -16,12 +16,9 @@
 -- ARGV[5]  the reason, kept as the error when the task goes dead
 -- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed; an
 --          error naming a key of KEYS[1..5] that has another type (nothing changed).
-local stale = held(KEYS[1], ARGV[2], false)
-if stale ~= true then
-  return stale
-end
 local id = ARGV[1]
-local bad = wrong_type(KEYS[4], 'list', KEYS[5], 'zset') or take(KEYS[2], KEYS[3], id)
+local bad = claim(KEYS[1], ARGV[2], false, KEYS[2], KEYS[3], id,
+  KEYS[4], 'list', KEYS[5], 'zset')
 if bad then
   return bad
 end

@@ -17,17 +17,13 @@
 -- Returns  1 when moved to retry (also when replayed after it applied); 0 when the task is no
 --          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
 --          another type (nothing changed).
-local stale = held(KEYS[1], ARGV[2], 'retry')
-if stale ~= true then
-  return stale
-end
 local id = ARGV[1]
-local now = clock()
-local due = now + tonumber(ARGV[3])
-local bad = wrong_type(KEYS[4], 'zset') or take(KEYS[2], KEYS[3], id)
+local bad = claim(KEYS[1], ARGV[2], 'retry', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
 if bad then
   return bad
 end
+local now = clock()
+local due = now + tonumber(ARGV[3])
 if ARGV[6] == '1' then
   bump(KEYS[1], 'attempts')
   count(KEYS[5], ARGV[7])
