@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
+from django_jobs.idempotency import processing, run_atomically
 from django_jobs.keys import State
 from django_jobs.message import JobContext, Message, payload_from_json
 
@@ -22,18 +23,27 @@ if TYPE_CHECKING:
 logger = logging.getLogger("django_jobs.execution")
 
 
-def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: bool) -> None:
-    """Run the job; with hygiene, as a request runs a view: stale DB connections closed first
-    and after. Never with hygiene inside a caller's transaction (inline runs, tests): closing
-    the connection there would end the caller's transaction."""
-    if not hygiene:
-        job(context).run(payload)
-        return
-    close_old_connections()
-    try:
-        job(context).run(payload)
-    finally:
+def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: bool) -> bool:
+    """Run the job; return False if it is atomic and an earlier run of the task committed (run
+    was not called: acknowledge it).
+
+    An atomic job runs in one transaction with its ProcessedTask row (`run_atomically`); any
+    other inside `processing()`, so the rows its `once()` blocks write name it. With hygiene,
+    as a request runs a view: stale DB connections closed first and after, outside the
+    transaction. Never with hygiene inside a caller's transaction (inline runs, tests): closing
+    the connection there would end the caller's transaction.
+    """
+    if hygiene:
         close_old_connections()
+    try:
+        if job.atomic:
+            return run_atomically(job.name, context.job_id, lambda: job(context).run(payload))
+        with processing(job.name, context.job_id):
+            job(context).run(payload)
+        return True
+    finally:
+        if hygiene:
+            close_old_connections()
 
 
 def run_inline(job: type[Job[Any]], message: Message) -> str:

@@ -1,4 +1,5 @@
-"""`Job[Payload]`: the base class of every job, and the registry that finds a job by name."""
+"""`Job[Payload]`: the base class of every job, the control signals a handler raises (`Retry`,
+`Fail`, `SkipRetry`), and the registry that finds a job by name."""
 
 from __future__ import annotations
 
@@ -26,6 +27,41 @@ BACKOFF = (1.0, 4.0, 15.0, 60.0)
 MAX_BACKOFF = 3600.0
 
 
+class Retry(Exception):
+    """Raise in `run` to run the task again after `delay` seconds, without counting a failure.
+
+    No attempt is spent, no failure counted, no traceback kept. Bounded: a task's first
+    `MAX_FREE_RETRIES` deliveries may ask for it for free; past that each Retry spends an
+    attempt, so max_attempts ends a handler that asks for ever.
+    """
+
+    def __init__(self, delay: timedelta | float = 0.0, reason: str = "") -> None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if not seconds >= 0:  # also NaN
+            raise ValueError(f"Retry(delay=...) must be 0 or more seconds, got {delay!r}")
+        self.delay = seconds
+        self.reason = reason
+        super().__init__(reason or f"retry in {seconds:g}s")
+
+
+class Fail(Exception):
+    """Raise in `run` to send the task to dead now, with `reason` as its error: no retry."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class SkipRetry(Fail):
+    """Raise in `run` (``raise SkipRetry(...) from exc``) for a failure that no later attempt can
+    fix (a template that does not exist, a payload the code can never accept): the task goes
+    dead now with this error and its traceback."""
+
+
+#: Deliveries of a task during which `Retry` spends no attempt (see `Retry`).
+MAX_FREE_RETRIES = 20
+
+
 class Job(Generic[P]):
     """Subclass with a dataclass payload type and implement `run`.
 
@@ -42,6 +78,10 @@ class Job(Generic[P]):
     #: How long a completed task is kept; 0 keeps nothing.
     retention: ClassVar[timedelta | float | None] = None
     idempotency_window: ClassVar[timedelta | float | None] = None
+    #: Run `run` in one database transaction with a ProcessedTask row keyed by the task id: a
+    #: run killed midway commits nothing, and a redelivery of a task whose run committed is
+    #: acknowledged without calling `run` again.
+    atomic: ClassVar[bool] = False
 
     def __init__(self, context: JobContext) -> None:
         self.context = context

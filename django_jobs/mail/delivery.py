@@ -27,9 +27,9 @@ from django.utils.module_loading import import_string
 
 from django_jobs.client import JobHandle
 from django_jobs.conf import QUEUED_BACKEND, get_settings
-from django_jobs.exceptions import MailNotConfigured, NotRetryable
+from django_jobs.exceptions import MailNotConfigured
 from django_jobs.idempotency import once
-from django_jobs.jobs import Job
+from django_jobs.jobs import Job, SkipRetry
 from django_jobs.mail.serialize import message_from_dict
 
 logger = logging.getLogger("django_jobs.mail")
@@ -145,12 +145,13 @@ def _blocks(template: DjangoTemplate, context: Context) -> dict[str, BlockNode]:
 def render_blocks(template_name: str, data: dict[str, Any]) -> tuple[str, str, str | None]:
     """(subject, text, html) from the template's blocks; subject and text are not escaped.
 
-    Raises NotRetryable when the template does not exist or lacks a subject or text block.
+    Raises SkipRetry (the task goes dead at once) when the template does not exist or lacks a
+    subject or text block.
     """
     try:
         template = loader.get_template(template_name)
     except TemplateDoesNotExist as exc:
-        raise NotRetryable(
+        raise SkipRetry(
             f"email template {template_name!r} does not exist ({exc}); no retry can find it: "
             f"check the name and that this worker runs the code that has it"
         ) from exc
@@ -164,7 +165,7 @@ def render_blocks(template_name: str, data: dict[str, Any]) -> tuple[str, str, s
                 rendered[name] = block.nodelist.render(context)
     missing = [name for name in ("subject", "text") if name not in rendered]
     if missing:
-        raise NotRetryable(
+        raise SkipRetry(
             f"email template {template_name!r} has no {' or '.join(missing)} block: give it "
             f"{{% block subject %}}, {{% block text %}} and optionally {{% block html %}}"
         )
