@@ -455,6 +455,21 @@ def test_task__retry_of_a_pending_task_warns(staff: Client, insp: Inspector) -> 
     assert "Retry now" not in text(staff.get(task_url(task_id)))
 
 
+def test_task__retry_of_a_scheduled_task_warns_as_the_api_refuses(
+    staff: Client, insp: Inspector
+) -> None:
+    # One rule for the admin and the API (inspector.may_retry): a scheduled task runs when due.
+    task_id = Noop.enqueue(Note("later"), delay=3600).id
+
+    response = staff.post(task_url(task_id, action="retry"))
+
+    assert notes(response) == [
+        f"Task {task_id} was not retried: only dead and retrying tasks can be retried."
+    ]
+    assert state_of(insp, task_id) == "scheduled"
+    assert "Retry now" not in text(staff.get(task_url(task_id)))
+
+
 def test_task__delete_asks_then_deletes(staff: Client, insp: Inspector) -> None:
     task_id = dead_task()
 

@@ -12,6 +12,7 @@ import pytest
 from django_jobs import DuplicateJob, Job, UnknownQueue, inspector, keys
 from django_jobs.broker.protocol import Deleted
 from django_jobs.client import get_broker
+from django_jobs.exceptions import TaskRunning
 from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import State
 from django_jobs.message import Message, encode
@@ -387,12 +388,15 @@ def test_delete__releases_the_idempotency_key(insp: Inspector) -> None:
     assert second.state == "pending"
 
 
-def test_delete__active_task_raises(insp: Inspector) -> None:
+def test_delete__active_task_raises_task_running(insp: Inspector) -> None:
     task_id = Noop.enqueue(Note("x")).id
     assert get_broker().dequeue(["default"]) is not None
 
-    with pytest.raises(ValueError, match=r"is running \(active\) and cannot be deleted"):
+    with pytest.raises(TaskRunning, match=r"is running \(active\) and cannot be deleted") as caught:
         insp.delete("default", task_id)
+
+    assert (caught.value.task_id, caught.value.queue) == (task_id, "default")
+    assert isinstance(caught.value, ValueError)  # what callers caught before
 
     assert depths(insp)["active"] == 1
 
