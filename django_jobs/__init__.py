@@ -11,6 +11,7 @@ from django_jobs.exceptions import (
     JobsError,
     JobTimeout,
     PayloadTooLarge,
+    TaskRunning,
     UnknownJob,
     UnknownQueue,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "PayloadTooLarge",
     "Retry",
     "SkipRetry",
+    "TaskRunning",
     "UnknownJob",
     "UnknownQueue",
     "__version__",
