@@ -10,9 +10,10 @@ moves the scores of existing members, and a running task's lease must outlive an
 or the task would be recovered and run a second time. The shebang is followed by
 the helpers of `_prelude.lua` it calls (each call of a script defines them anew, so a script
 gets only those), then by the script itself. What more than one script does is written once
-there, with its contract: the stale-epoch guard of the outcome scripts (`held`), the wake-up
-token push (`wake`), the crash-count rule of recover and requeue (`crashed`), Redis' clock
-(`clock`), the key type checks (`wrong_type`, `fields`, `take`, `range`).
+there, with its contract: the stale-epoch guard of the outcome scripts (`held`, `claim`), the
+wake-up token push (`wake`), the crash-count rule of recover and requeue (`crashed`), a new
+task's due time (`due`), Redis' clock (`clock`), the key type checks (`wrong_type`, `fields`,
+`take`, `range`).
 
 `ack_dequeue` is composed from two of them, so that a worker acks a task and fetches the next
 one in a single script call: the hot path of draining a queue. Its shebang is its first line
