@@ -13,7 +13,6 @@ from django.db import transaction
 
 from django_jobs import DuplicateJob, Job, PayloadTooLarge
 from django_jobs.mail import DeliverEmail
-from django_jobs.pytest_plugin import jobs_captured  # noqa: F401  (the fixture)
 from django_jobs.testing import (
     CapturedJobs,
     assert_enqueued,
@@ -107,7 +106,7 @@ def test_assert_enqueued__outside_a_capture_says_how_to_start_one() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_jobs_captured__fixture_captures_and_runs_inline(
-    jobs_captured: CapturedJobs,  # noqa: F811
+    jobs_captured: CapturedJobs,
     settings: Any,
     mailoutbox: Any,
 ) -> None:
@@ -146,3 +145,23 @@ def test_run_burst__runs_due_tasks_through_redis(redis_ns: RedisNamespace) -> No
 
     assert [(o.job, o.state) for o in outcomes] == [("probes.Noop", "completed")] * 2
     assert isinstance(redis_ns.client, redis.Redis)
+
+
+def test_pytest_plugin__registered_by_its_entry_point(pytestconfig: pytest.Config) -> None:
+    # No conftest line and no import: the pytest11 entry point of the distribution loads it.
+    assert pytestconfig.pluginmanager.has_plugin("django_jobs.pytest_plugin")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_capture_jobs__on_commit_enqueues_are_captured_at_commit(settings: Any) -> None:
+    settings.JOBS = {**settings.JOBS, "ENQUEUE_ON_COMMIT": True}
+    with capture_jobs() as jobs:
+        with transaction.atomic():
+            handle = Noop.enqueue(Number(1))
+            assert (len(jobs), handle.state) == (0, "deferred")
+        with transaction.atomic():
+            Noop.enqueue(Number(2))
+            transaction.set_rollback(True)
+
+    assert [e.payload for e in jobs] == [Number(1)]
+    assert (jobs.jobs[0].id, handle.state) == (handle.id, "pending")
