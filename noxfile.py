@@ -15,11 +15,13 @@ POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
 
 @nox.session(python="3.12")
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check and mypy --strict on django_jobs/."""
+    """ruff check, ruff format --check, mypy --strict and lint-imports on django_jobs/ (the
+    layers and the no-circles contracts in pyproject.toml's [tool.importlinter])."""
     session.install("-e", ".[dev]")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("mypy", "--strict", "django_jobs")
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session(python="3.12")
