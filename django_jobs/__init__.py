@@ -47,7 +47,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    # JobHandle lives with the client, which imports the broker: load it on first use.
+    # Not a circle: Django imports this package before the app registry is ready, and the
+    # client reaches the models (its inline backend runs handlers): load it on first use.
     if name == "JobHandle":
         from django_jobs.client import JobHandle
 
