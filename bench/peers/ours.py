@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 TITLE = "django-jobs"
 HOW = "manage.py runworker --concurrency 4"
 REQUIREMENTS = ()
-DISTS = ("django-jobs", "django")
+DISTS = ("django-redis-jobs", "django")
 QUEUE = "default"
 DONE_COMMANDS = 1  # Redis commands per done() poll
 
