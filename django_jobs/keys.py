@@ -1,9 +1,14 @@
-"""Every Redis key django-jobs uses: `<namespace>:{<queue>}:<structure>`.
+"""Every Redis key django-jobs uses: `<namespace>:{<queue>}:<structure>`, and the worker registry.
 
-The `{<queue>}` hash tag puts every key a script touches on one Redis Cluster slot. A task's
-record is the hash `<namespace>:{<queue>}:t:<id>`; scripts that find ids in a structure (dequeue,
-forward, recover) get the prefix `<namespace>:{<queue>}:t:` and append the id, the one place a key
-is built inside Lua, and always within the same slot.
+The `{<queue>}` hash tag puts every key of one queue on one Redis Cluster slot, so a script that
+touches one queue stays on one slot. Two kinds of script do not: dequeue (and settle's
+ack-and-dequeue) spans every queue a worker serves, one round trip whatever their number, and
+beat writes the registry (`<namespace>:workers`, `<namespace>:worker:<id>`), which has no hash
+tag. On a Cluster, run one worker per queue (see dequeue.lua).
+
+A task's record is the hash `<namespace>:{<queue>}:t:<id>`. Scripts that find ids in a structure
+(dequeue, forward, recover, extend_lease, janitor) are given the prefix `<namespace>:{<queue>}:t:`
+and append the id: the only keys built inside Lua, each in the slot of its queue's prefix.
 """
 
 from __future__ import annotations
