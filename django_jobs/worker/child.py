@@ -49,6 +49,8 @@ logger = logging.getLogger("django_jobs.worker.child")
 WAIT = 5.0
 #: The signal by which the supervisor tells a child that its run lost its lease.
 LOST_SIGNAL = signal.SIGUSR1
+#: Seconds between two looks at the slot table while a stale run of the same task ends.
+STALE_POLL = 0.005
 #: prctl(2) option: the signal this process gets when the thread that forked it exits.
 PR_SET_PDEATHSIG = 1
 #: libc, loaded in the supervisor (before any fork) on Linux; None elsewhere.
@@ -202,6 +204,7 @@ class Child:
                 attempt.number, attempt.max_attempts, attempt.backoff,
             )  # fmt: skip
             self.table.set(self.index, running)
+            self._wait_for_stale_run(delivery)
         if signal.getsignal(signal.SIGALRM) is not self._alarm_handler:
             # A job replaced it and did not put it back: timeouts must still work.
             signal.signal(signal.SIGALRM, self._alarm_handler)
@@ -212,6 +215,20 @@ class Child:
         finally:
             self.armed = 0.0
             signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def _wait_for_stale_run(self, delivery: Delivery) -> None:
+        """Start no run of a task that another child of this worker still runs.
+
+        That other run is stale: this delivery's epoch is newer, so the task was recovered (its
+        lease expired during a Redis outage or a freeze) and handed out again, to this worker.
+        The supervisor interrupts the stale run within a tick (and kills its child after the
+        grace); until its slot is free this run waits, its own lease renewed from the slot
+        table. If this run's lease is lost meanwhile too, it never starts.
+        """
+        while self.table.held_elsewhere(self.index, delivery.id):
+            if self.table.is_lost(self.index, delivery.id, delivery.epoch):
+                raise LeaseLost(f"task {delivery.id} lost its lease before its run could start")
+            time.sleep(STALE_POLL)
 
     def _retiring(self) -> bool:
         limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child

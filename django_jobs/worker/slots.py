@@ -33,6 +33,8 @@ MAX_ID = 64
 SPINS = 10_000
 #: The sequence number is 32 bits: it wraps (keeping its parity) after 2**32 writes.
 SEQ = 0xFFFFFFFF
+#: Where a record's task id starts: after the sequence number, queue index and epoch.
+ID_OFFSET = struct.calcsize("<Ihq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,21 @@ class SlotTable:
         if not task_id:
             return None
         return Running(task_id, queue_index, str(epoch), started, timeout, *attempt)
+
+    def held_elsewhere(self, index: int, task_id: str) -> bool:
+        """Whether a slot other than index holds task_id, under any epoch: one scan, no lock.
+
+        Only a slot being written at that very moment can be misread, and the caller (a child
+        waiting for a stale run of its task to end) asks again.
+        """
+        field = task_id.encode("ascii", "replace").ljust(MAX_ID, b"\0")
+        start = 0
+        while (at := self.memory.find(field, start)) != -1:
+            slot, within = divmod(at, RECORD.size)
+            if within == ID_OFFSET and slot != index:
+                return True
+            start = at + 1
+        return False
 
     def mark_lost(self, index: int, running: Running) -> None:
         """Record that this run, in slot index, lost its lease (before signalling its child)."""

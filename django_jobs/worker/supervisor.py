@@ -195,6 +195,7 @@ class Supervisor:
     def _step(self) -> None:
         """One look: dead children, timeouts, due loops; then sleep a tick."""
         self._reap()
+        self._interrupt_stale_runs()
         self._enforce_timeouts()
         until_next_tick = self.ticker.run_due()
         if self.ticker.gave_up and self.stop_deadline is None:
@@ -289,6 +290,22 @@ class Supervisor:
             except ProcessLookupError:
                 pass  # exited already: _reap sees it
             return
+
+    def _interrupt_stale_runs(self) -> None:
+        """Two children running one task: the older epoch's run is stale (the task was recovered
+        and handed out again, to this worker). Interrupt it now, not at the next heartbeat: the
+        newer run waits for it to end (child.py `_wait_for_stale_run`)."""
+        newest: dict[str, Running] = {}
+        tasks = [self.table.get(index) for index in range(self.concurrency)]
+        for task in tasks:
+            best = None if task is None else newest.get(task.task_id)
+            if task is not None and (best is None or int(task.epoch) > int(best.epoch)):
+                newest[task.task_id] = task
+        for index, task in enumerate(tasks):
+            if task is None or newest[task.task_id] is task:
+                continue
+            if self.children[index].lost != task:
+                self._lease_lost(self._delivery(task), time.monotonic() - task.started)
 
     def _enforce_timeouts(self) -> None:
         now = time.monotonic()
