@@ -229,7 +229,7 @@ def enqueue(
         return made
     deferred = [JobHandle(s.message.id, job.name, s.message.queue, DEFERRED) for s in submissions]
     if connection.in_atomic_block:
-        Batch.of(connection).add(backend, submissions, deferred)
+        CommitBatch.of(connection).add(backend, submissions, deferred)
     else:  # no transaction: as with Django's on_commit, it has committed already
         send_after_commit(backend, submissions, deferred)
     return deferred
@@ -275,14 +275,14 @@ class _Marker:
 
     __slots__ = ("__weakref__", "batch")
 
-    def __init__(self, batch: Batch) -> None:
+    def __init__(self, batch: CommitBatch) -> None:
         self.batch = batch
 
     def __call__(self) -> None:
         self.batch.send()
 
 
-class Batch:
+class CommitBatch:
     """The on-commit enqueues of one transaction on one database connection.
 
     Each enqueue registers its own marker with Django's on_commit, which keeps track of the
@@ -291,7 +291,7 @@ class Batch:
     tasks) however many enqueues the transaction made.
     """
 
-    _open: weakref.WeakKeyDictionary[BaseDatabaseWrapper, Batch] = weakref.WeakKeyDictionary()
+    _open: weakref.WeakKeyDictionary[BaseDatabaseWrapper, CommitBatch] = weakref.WeakKeyDictionary()
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -301,7 +301,7 @@ class Batch:
         self.sent = False
 
     @classmethod
-    def of(cls, connection: BaseDatabaseWrapper) -> Batch:
+    def of(cls, connection: BaseDatabaseWrapper) -> CommitBatch:
         """The batch of the connection's current transaction (a new one after a commit or a
         rollback: every marker of a rolled-back transaction is gone)."""
         batch = cls._open.get(connection)
