@@ -546,3 +546,34 @@ def test_workers__tolerates_malformed_heartbeats(insp: Inspector, redis_ns: Redi
 
 def test_workers__empty_without_workers(insp: Inspector) -> None:
     assert insp.workers() == []
+
+
+# -- the one task listing -------------------------------------------------------------------
+
+
+def test_list_tasks__merges_queues_newest_first_with_both_filters(insp: Inspector) -> None:
+    # Oldest first: a Noop keyed "a-1" on default, a Flaky on low, a Noop keyed "b-1" on low,
+    # a Noop keyed "a-2" on low.
+    first = Noop.enqueue(Note("1"), idempotency_key="a-1").id
+    Flaky.enqueue(Note("2"), queue="low")
+    Noop.enqueue(Note("3"), idempotency_key="b-1", queue="low")
+    last = Noop.enqueue(Note("4"), idempotency_key="a-2", queue="low").id
+
+    found = insp.list_tasks(
+        State.PENDING, ("default", "low"), job=Noop.name, key_contains="a-", per_page=10
+    )
+
+    assert [task.id for task in found.items] == [last, first]
+    assert (found.total, found.scanned, found.next_offsets) == (4, 4, None)
+
+
+def test_list_tasks__stops_at_its_budget_and_goes_on_from_its_offsets(insp: Inspector) -> None:
+    ids = [Noop.enqueue(Note(str(n))).id for n in range(5)]
+    newest = ids[::-1]
+
+    first = insp.list_tasks(State.PENDING, ("default",), job="other", chunk=2, budget=2)
+    rest = insp.list_tasks(State.PENDING, ("default",), offsets=first.next_offsets, chunk=2)
+
+    assert (first.items, first.scanned, first.next_offsets) == ([], 2, {"default": 2})
+    assert [task.id for task in rest.items] == newest[2:]
+    assert rest.next_offsets is None
