@@ -7,9 +7,11 @@
 -- KEYS[4]  <ns>:{<q>}:wake          wake-up tokens
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  most tasks to move from each sorted set in this call
--- Returns  the number of tasks moved (call again while it equals twice the limit); an error
---          naming a key of KEYS[1..3] that has another type (nothing changed). A wake key of
---          another type is skipped.
+-- Returns  the number of tasks moved, up to the limit from each sorted set: call again while
+--          it is at least the limit, as the forwarder does, since either set may hold more that
+--          are due (ids whose record is gone are dropped and not counted: the next call or tick
+--          takes what they left); an error naming a key of KEYS[1..3] that has another type
+--          (nothing changed). A wake key of another type is skipped.
 local now = clock()
 local due = {}
 for i = 1, 2 do
