@@ -216,9 +216,9 @@ def enqueue(
             )
         )
     backend = backend_for(settings)
-    connection = transaction.get_connection(using or DEFAULT_DB_ALIAS)
-    if on_commit is None:
-        on_commit = settings.enqueue_on_commit and connection.in_atomic_block
+    # The connection is looked up only for an on-commit enqueue (the lookup is not free).
+    if on_commit is None and settings.enqueue_on_commit:
+        on_commit = transaction.get_connection(using or DEFAULT_DB_ALIAS).in_atomic_block
     if not on_commit:
         made = []
         for s, accepted in zip(submissions, backend.submit(submissions), strict=True):
@@ -228,6 +228,7 @@ def enqueue(
             made.append(JobHandle(s.message.id, job.name, s.message.queue, accepted.state))
         return made
     deferred = [JobHandle(s.message.id, job.name, s.message.queue, DEFERRED) for s in submissions]
+    connection = transaction.get_connection(using or DEFAULT_DB_ALIAS)
     if connection.in_atomic_block:
         CommitBatch.of(connection).add(backend, submissions, deferred)
     else:  # no transaction: as with Django's on_commit, it has committed already
