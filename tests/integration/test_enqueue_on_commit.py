@@ -168,3 +168,20 @@ def test_enqueue_on_commit__redis_down_at_commit_logs_the_lost_ids(
     (record,) = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert "may be lost" in record.getMessage()
     assert all(h.id in record.getMessage() for h in handles)
+
+
+@pytest.mark.django_db
+def test_enqueue_on_commit__inside_a_test_transaction_with_captured_callbacks(
+    on_commit: RedisNamespace, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The test's own transaction never commits; Django's capture runs the callbacks instead.
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        first = Remember.enqueue(Note("a"))
+        with transaction.atomic():
+            Remember.enqueue(Note("b"))
+            transaction.set_rollback(True)
+        Remember.enqueue(Note("c"))
+
+    assert len(callbacks) == 2  # one per surviving enqueue; the first sent them all
+    assert _texts(on_commit) == ["a", "c"]
+    assert first.state == "pending"
