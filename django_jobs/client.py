@@ -5,7 +5,7 @@ test helper has put one in its place with `override_backend` (django_jobs.testin
 
 On-commit enqueues (`on_commit=True`, or JOBS["ENQUEUE_ON_COMMIT"] inside atomic()) wait for
 their transaction in one batch per transaction and database alias, sent in one round trip when
-it commits; see `Deferred`.
+it commits; see `CommitBatch`.
 """
 
 from __future__ import annotations
