@@ -20,7 +20,6 @@ from typing import Any
 from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import UnknownJob
-from django_jobs.execution import run_inline as run_inline  # client.py's import, until it moves
 from django_jobs.execution import run_job
 from django_jobs.jobs import JobContext, registry
 from django_jobs.keys import State

@@ -14,10 +14,10 @@ slot table. The supervisor reads that table to
 
 Children die with the supervisor (see child.py): a `kill -9` of it leaves none behind. What
 becomes of a run whose child it reaps is the outcome policy's answer (policy.py), written
-through the broker; Redis unavailable then, the task's lease expires and a recoverer puts it
-back. When the heartbeat has failed for longer than the lease (Redis unreachable, or refusing
-it), the leases of every running task are gone: the worker stops, exit code HEADLESS, rather
-than run on with tasks other workers may be running too.
+through the broker; if Redis does not answer then, it is written once Redis answers
+(backlog.py). When the heartbeat has failed for longer than the lease (Redis unreachable, or
+refusing it), the leases of every running task are gone: the worker stops, exit code HEADLESS,
+rather than run on with tasks other workers may be running too.
 
 Start order: signal handlers, the slot table, children (forked before any thread or connection
 exists), then the loops (heartbeat first, so leases are renewed from the first second). Stop
@@ -40,6 +40,7 @@ from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.worker import child, policy
+from django_jobs.worker.backlog import Backlog
 from django_jobs.worker.children import ChildProcess, how_it_ended, signal_all, spawn, stop_all
 from django_jobs.worker.forwarder import Forwarder
 from django_jobs.worker.heartbeat import Heartbeat
@@ -92,12 +93,14 @@ class Supervisor:
         self.heartbeat = Heartbeat(
             broker, self.worker_id, self.info(), self.running, on_lost=self._lease_lost
         )
+        self.backlog = Backlog(broker)
         self.ticker = Ticker(
             [
                 self.heartbeat,
                 Forwarder(broker, self.queues),
                 Recoverer(broker, self.queues, renew=self.heartbeat.renew),
                 Janitor(broker, self.queues),
+                self.backlog,
             ]
         )
 
@@ -263,9 +266,10 @@ class Supervisor:
             state = write_decision(self.broker, delivery, decision)
         except BrokerUnavailable as exc:
             logger.warning(
-                "task %s: %s; could not write what becomes of it (%s): its lease expires and "
-                "a recoverer puts it back", delivery.id, what, exc,
+                "task %s: %s; could not write what becomes of it (%s): written once Redis "
+                "answers", delivery.id, what, exc,
             )  # fmt: skip
+            self.backlog.add(delivery, decision, what)
             return
         logger.warning("task %s: %s; now %s", delivery.id, what, state or "elsewhere")
 

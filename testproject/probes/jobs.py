@@ -197,3 +197,30 @@ class DeliverThenCrash(DeliverEmail):
         if client.hsetnx(_key("crashed"), "mail", os.getpid()):
             os.kill(os.getpid(), 9)
         client.rpush(_key("done"), f"mail:{self.context.attempt}:{self.context.crashes}")
+
+
+class AtomicCrash(Job[Work]):
+    """An atomic job: write one Effect row, then, on the first run only, kill its own process
+    inside run(), before its transaction commits."""
+
+    atomic = True
+
+    def run(self, payload: Work) -> None:
+        Effect.objects.create(key=payload.tag, pid=os.getpid())
+        client = get_broker().client
+        client.rpush(_key("runs"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+        if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
+            os.kill(os.getpid(), 9)
+        client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+
+
+class HoldGilOnce(Job[Work]):
+    """On the first run, stay inside one C call past any timeout (the supervisor kills it);
+    on the next, finish."""
+
+    def run(self, payload: Work) -> None:
+        client = get_broker().client
+        client.rpush(_key("runs"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+        if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
+            sum(range(10**11))
+        client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
