@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import typing
 from collections.abc import Iterable
@@ -37,7 +38,7 @@ class Retry(Exception):
 
     def __init__(self, delay: timedelta | float = 0.0, reason: str = "") -> None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if not seconds >= 0:  # also NaN
+        if not (math.isfinite(seconds) and seconds >= 0):
             raise ValueError(f"Retry(delay=...) must be 0 or more seconds, got {delay!r}")
         self.delay = seconds
         self.reason = reason

@@ -103,11 +103,13 @@ def test_policy__decides_every_other_end_of_a_run(
     assert decision == expected
 
 
-def test_retry__refuses_a_negative_or_nan_delay() -> None:
+def test_retry__refuses_a_negative_nan_or_infinite_delay() -> None:
     with pytest.raises(ValueError, match="must be 0 or more seconds"):
         Retry(delay=-1)
     with pytest.raises(ValueError, match="must be 0 or more seconds"):
         Retry(delay=float("nan"))
+    with pytest.raises(ValueError, match="must be 0 or more seconds"):
+        Retry(delay=float("inf"))
 
 
 def test_error_line__survives_a_str_that_raises_and_is_bounded() -> None:
