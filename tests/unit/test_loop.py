@@ -132,3 +132,59 @@ def test_backoff__doubles_to_a_cap_with_jitter() -> None:
     assert lows == pytest.approx([FIRST * 0.8 * 2**n for n in range(4)] + [MOST * 0.8] * 4)
     assert highs == pytest.approx([FIRST * 1.2 * 2**n for n in range(4)] + [MOST * 1.2] * 4)
     assert low.next() == pytest.approx(FIRST * 0.8)
+
+
+class Vital(Counter):
+    """A component the worker cannot go on without (as the heartbeat is)."""
+
+    give_up_after = 30.0
+
+
+def test_ticker__gives_up_once_a_vital_component_failed_for_longer_than_its_limit() -> None:
+    clock = Clock()
+    vital = Vital(1, fail=down())
+    ticker = Ticker([vital, Counter(1)], clock=clock, backoff=Backoff(jitter=0))
+
+    while clock.now < 100.0 + 30.0:
+        ticker.run_due()
+        clock.now += 0.5
+        assert not ticker.gave_up, ticker.gave_up
+    clock.now += 5.0  # past the limit: the next failed tick gives up
+    ticker.run_due()
+
+    assert ticker.gave_up.startswith(f"vital failed {vital.ticks} times in a row, for 3")
+    assert "(longer than 30s): Redis at redis://127.0.0.1:6399/0 did not answer" in ticker.gave_up
+
+
+def test_ticker__a_vital_component_that_works_again_starts_its_count_over() -> None:
+    clock = Clock()
+    vital = Vital(1, fail=RuntimeError("refused"))
+    ticker = Ticker([vital], clock=clock)
+    for _ in range(25):
+        ticker.run_due()
+        clock.now += 1.0
+    vital.fail = None
+    ticker.run_due()  # works: the count starts over
+    vital.fail = RuntimeError("refused")
+
+    for _ in range(25):
+        clock.now += 1.0
+        ticker.run_due()
+
+    assert not ticker.gave_up
+    assert ticker.failures == [25]
+
+
+def test_ticker__a_component_says_what_failing_means_for_it() -> None:
+    # The heartbeat: a beat that fails after the leases were renewed is no reason to stop.
+    class LeasesFine(Vital):
+        def failing_for(self, since_a_tick_worked: float) -> float:
+            return 0.0
+
+    clock = Clock()
+    ticker = Ticker([LeasesFine(1, fail=RuntimeError("corrupt registry key"))], clock=clock)
+    for _ in range(100):
+        ticker.run_due()
+        clock.now += 1.0
+
+    assert not ticker.gave_up

@@ -106,3 +106,14 @@ def test_slot_table__lost_mark_names_one_run_of_one_slot() -> None:
     # The child moved on: the same task under a later epoch (or another task) is not lost.
     assert not table.is_lost(1, TASK.task_id, "8")
     assert not table.is_lost(1, "b" * 32, TASK.epoch)
+
+
+def test_slot_table__keeps_what_a_timed_out_run_needs() -> None:
+    table = SlotTable(2)
+    running = Running("t1", 1, "7", 12.5, 30.0, attempt=3, max_attempts=5, backoff=15.25)
+
+    table.set(1, running)
+
+    assert table.get(1) == running
+    assert table.reset(1) == running
+    assert table.get(1) is None
