@@ -23,6 +23,7 @@ registers them and adds the checks that need the job registry or a database.
 |                     | a queued mailer or a missing alias (in django_jobs/mail/checks) |
 | django_jobs.E016    | ENQUEUE_ON_COMMIT is not True or False                         |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
+| django_jobs.I001    | jobs are disabled (REDIS_URL unset): what enqueue does instead |
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
-from django.core.checks import CheckMessage, Tags, Warning, register
+from django.core.checks import CheckMessage, Info, Tags, Warning, register
 from django.db import connections
 
 from django_jobs.conf import (
@@ -92,6 +93,25 @@ def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
                 )
             )
     return errors
+
+
+@register("django_jobs")
+def check_disabled(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Note (Info) that jobs are disabled, what enqueue does meanwhile, and how to enable them."""
+    if settings_errors() or raw_settings()["REDIS_URL"] is not None:
+        return []
+    mode = raw_settings()["WHEN_DISABLED"]
+    return [
+        Info(
+            f"Jobs are disabled: JOBS['REDIS_URL'] is not set, so no worker runs, schedules "
+            f"do not fire, and enqueue follows JOBS['WHEN_DISABLED'] ({mode!r}).",
+            hint="Set JOBS['REDIS_URL'] (for example redis://127.0.0.1:6379/0) to enable jobs; "
+            "add 'django_jobs.I001' to SILENCED_SYSTEM_CHECKS to hide this note.",
+            id="django_jobs.I001",
+        )
+    ]
 
 
 @register(Tags.database)
