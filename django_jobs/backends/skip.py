@@ -15,11 +15,14 @@ SKIPPED = "skipped"
 
 
 class SkipBackend:
-    """Nothing runs; each submission is logged (at INFO) and its handle says "skipped"."""
+    """Nothing runs; each submission is logged as a warning and its handle says "skipped"."""
 
     def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
         for s in submissions:
-            logger.info(
-                "jobs are disabled (REDIS_URL is not set): skipped %s %s", s.job.name, s.message.id
+            logger.warning(
+                "jobs are disabled (REDIS_URL is not set): skipped %s %s, which will not run "
+                "(JOBS['WHEN_DISABLED'] is 'skip'; set REDIS_URL to run jobs)",
+                s.job.name,
+                s.message.id,
             )
         return [Accepted(SKIPPED) for _ in submissions]
