@@ -14,8 +14,10 @@ from django_jobs.exceptions import (
     TaskRunning,
     UnknownJob,
     UnknownQueue,
+    UnknownSchedule,
 )
 from django_jobs.jobs import Fail, Job, JobContext, Retry, SkipRetry
+from django_jobs.schedules.declare import Cron, Every
 
 if TYPE_CHECKING:
     from django_jobs.client import JobHandle
@@ -26,7 +28,9 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "BrokerRefused",
     "BrokerUnavailable",
+    "Cron",
     "DuplicateJob",
+    "Every",
     "Fail",
     "InvalidPayload",
     "Job",
@@ -41,6 +45,7 @@ __all__ = [
     "TaskRunning",
     "UnknownJob",
     "UnknownQueue",
+    "UnknownSchedule",
     "__version__",
     "once",
 ]

@@ -135,3 +135,16 @@ class TaskRunning(JobsError, ValueError):
             f"Task {task_id} is running (active) and cannot be deleted; wait until it finishes, "
             f"then delete it."
         )
+
+
+class UnknownSchedule(JobsError, LookupError):
+    """No schedule is configured under this name (JOBS["SCHEDULE"] or a job's `schedule`)."""
+
+    def __init__(self, name: str, configured: tuple[str, ...]) -> None:
+        self.name = name
+        self.configured = configured
+        known = ", ".join(configured) or "none"
+        super().__init__(
+            f"Unknown schedule {name!r}: the configured schedules are {known}. A schedule "
+            f"removed from the settings is gone at the next worker start."
+        )

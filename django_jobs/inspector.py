@@ -14,16 +14,27 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django_jobs.broker.info import QueueInfo, RunningTask, TaskInfo, WorkerInfo, check_state
+from django_jobs.broker.info import (
+    Fire,
+    QueueInfo,
+    RunningTask,
+    ScheduleInfo,
+    TaskInfo,
+    WorkerInfo,
+    check_state,
+)
 from django_jobs.broker.protocol import Broker, Deleted
 from django_jobs.client import get_broker
 from django_jobs.exceptions import TaskRunning, UnknownQueue
 from django_jobs.keys import State
+from django_jobs.schedules.firing import ScheduleActions
 
 __all__ = [
+    "Fire",
     "Inspector",
     "QueueInfo",
     "RunningTask",
+    "ScheduleInfo",
     "TaskInfo",
     "TaskListing",
     "TaskPage",
@@ -108,6 +119,7 @@ class Inspector:
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        self._schedules = ScheduleActions(broker)
 
     def _check_queue(self, queue: str) -> None:
         if queue not in self.broker.settings.queues:
@@ -311,8 +323,10 @@ class Inspector:
                 self.broker.delete(queue, task_id, State.DEAD, self._idempotency_key(task))
                 for task_id, task in zip(ids, tasks, strict=True)
             ]
-            # One gone meanwhile (another operator) is stepped over.
-            return replies.count(Deleted.DELETED), replies.count(Deleted.GONE)
+            # Every id visited has left the dead set: deleted here, or gone, retried or running
+            # by another operator's hand meanwhile (delete.lua leaves those where they are,
+            # which is not the dead set). So the next batch starts at the same offset.
+            return replies.count(Deleted.DELETED), 0
 
         return self._each_dead(queue, remove)
 
@@ -325,6 +339,34 @@ class Inspector:
         """Let workers take tasks from a paused queue again."""
         self._check_queue(queue)
         self.broker.resume(queue)
+
+    # -- schedules (the rules in django_jobs.schedules.firing) ------------------------------
+
+    def schedules(self) -> list[ScheduleInfo]:
+        """Every configured schedule, by name, with its next and last fire and paused flag."""
+        return self._schedules.infos()
+
+    def schedule(self, name: str) -> ScheduleInfo:
+        """One configured schedule; raises UnknownSchedule for a name not configured."""
+        return self._schedules.one(name)
+
+    def fire_history(self, name: str) -> list[Fire]:
+        """The schedule's last fires (at most 50), newest first; raises UnknownSchedule."""
+        return self._schedules.history(name)
+
+    def run_schedule_now(self, name: str) -> str:
+        """Enqueue one fire of the schedule now (not a fire time: the next fire time still
+        fires); return the task id. Raises UnknownSchedule."""
+        return self._schedules.run_now(name)
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop the schedule firing: its fire times pass without a task until resumed (no
+        catch-up of them). Raises UnknownSchedule."""
+        self._schedules.pause(name)
+
+    def resume_schedule(self, name: str) -> None:
+        """Let a paused schedule fire again, from its next fire time. Raises UnknownSchedule."""
+        self._schedules.resume(name)
 
 
 def get_inspector() -> Inspector:

@@ -19,6 +19,7 @@ from django_jobs.message import JobContext as JobContext  # defined with the pla
 
 if TYPE_CHECKING:
     from django_jobs.client import JobHandle
+    from django_jobs.schedules.declare import Cron, Every
 
 P = TypeVar("P")
 
@@ -83,6 +84,12 @@ class Job(Generic[P]):
     #: run killed midway commits nothing, and a redelivery of a task whose run committed is
     #: acknowledged without calling `run` again.
     atomic: ClassVar[bool] = False
+    #: Fire this job on a schedule: `Cron("0 3 * * *")` or `Every(timedelta(minutes=5))`
+    #: (from django_jobs), named after the job; JOBS["SCHEDULE"] may override it by that name.
+    schedule: ClassVar[Cron | Every | None] = None
+    #: The payload each scheduled fire enqueues (an instance, or a dict of its fields); None:
+    #: the payload type built with its defaults.
+    schedule_payload: ClassVar[Any] = None
 
     def __init__(self, context: JobContext) -> None:
         self.context = context

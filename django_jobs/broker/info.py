@@ -96,3 +96,49 @@ class WorkerInfo:
     last_beat: datetime | None
     #: One entry per busy slot; idle slots are concurrency - len(tasks).
     tasks: tuple[RunningTask, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    """One enqueue by a schedule: a fire time's, or an operator's "run now"."""
+
+    #: When it was enqueued (Redis time).
+    fired_at: datetime
+    #: The fire time it was for, or None for a "run now".
+    fire_time: datetime | None
+    task_id: str
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleState:
+    """What Redis holds of one schedule: its last fire and paused flag."""
+
+    #: The newest fire time handled (enqueued, or skipped), or None before the first.
+    last_fire: float | None
+    #: When the last enqueue happened (a fire time's or a "run now"), and its task.
+    last_fired_at: float | None
+    last_task_id: str | None
+    last_task_queue: str | None
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """One configured schedule as the admin and the API show it."""
+
+    name: str
+    #: The registered name of the job it enqueues.
+    job: str
+    #: The cron expression, or "every N seconds".
+    expression: str
+    #: The expression in words ("At 03:00 every day", "every 30 seconds").
+    words: str
+    timezone: str
+    #: The next fire time (None while paused).
+    next_fire_at: datetime | None
+    #: When it last enqueued (a fire time's or a "run now"), and that task.
+    last_fire_at: datetime | None
+    last_task_id: str | None
+    last_task_queue: str | None
+    paused: bool

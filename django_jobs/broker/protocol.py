@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
-from django_jobs.broker.info import QueueInfo, TaskInfo, WorkerInfo
+from django_jobs.broker.info import Fire, QueueInfo, ScheduleState, TaskInfo, WorkerInfo
 from django_jobs.conf import JobsSettings
 from django_jobs.keys import QueueKeys
 
@@ -207,3 +207,40 @@ class Broker(Protocol):
     def pause(self, queue: str) -> None: ...
 
     def resume(self, queue: str) -> None: ...
+
+    # -- schedules (the worker's scheduler, the inspector) ----------------------------------
+
+    def time(self) -> float:
+        """Redis' clock, in epoch seconds: the one clock every worker's scheduler agrees on."""
+        ...
+
+    def fire(
+        self, schedule: str, request: EnqueueRequest, fire_time: float | None, history: int
+    ) -> Accepted | None:
+        """Enqueue a schedule's task (its idempotency key set in the same script) and record
+        the fire (last task, and history bounded to `history`). With a fire time: None (nothing
+        written) if the schedule's last fire is at or past it, else it becomes the last fire.
+        With None (a "run now"): always enqueued, the last fire time unchanged."""
+        ...
+
+    def skip_fire(self, schedule: str, fire_time: float) -> bool:
+        """Make `fire_time` the schedule's last fire without enqueueing (a skipped or missed
+        fire time); False if the last fire was already at or past it."""
+        ...
+
+    def schedule_states(self, names: Sequence[str]) -> dict[str, ScheduleState]:
+        """The state of each schedule of names (one round trip)."""
+        ...
+
+    def fire_history(self, schedule: str, limit: int) -> list[Fire]:
+        """The schedule's last `limit` fires, newest first."""
+        ...
+
+    def pause_schedule(self, schedule: str) -> None: ...
+
+    def resume_schedule(self, schedule: str) -> None: ...
+
+    def forget_schedules(self, keep: Sequence[str]) -> list[str]:
+        """Delete the state of every schedule not in `keep` and register those in it; return
+        the names forgotten."""
+        ...

@@ -88,6 +88,8 @@ class JobsSettings:
     processed_retention: float
     email_backend: str | None
     email_queue: str
+    #: JOBS["SCHEDULE"] as given (django_jobs.schedules checks and resolves it).
+    schedule: dict[str, Any]
 
     @property
     def enabled(self) -> bool:

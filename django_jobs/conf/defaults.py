@@ -68,12 +68,14 @@ DEFAULTS: dict[str, Any] = {
     "EMAIL_BACKEND": None,
     # The queue of the jobs that deliver queued mail.
     "EMAIL_QUEUE": "critical",
+    # Schedules by name: {"job": ..., "cron": "0 3 * * *" or "every": 30, ...}; checked by
+    # django_jobs.schedules (E020-E027), not here.
+    "SCHEDULE": {},
 }
 
 #: Keys of the design that nothing reads yet, with the feature that will: setting one is check
 #: E002 saying so, rather than a value silently ignored.
 NOT_BUILT: dict[str, str] = {
-    "SCHEDULE": "cron schedules",
     "FLOW_REPLAY_LEASE": "flows",
 }
 
