@@ -1,12 +1,13 @@
 """Models of django-jobs.
 
-Queue, Task and Worker have no table (`managed = False`): the tasks live in Redis. They exist so
-that the admin lists a "Jobs" section with three entries and so that the permissions guarding it
-are ordinary model permissions, granted like any other (as django-rq does with its Queue model).
-All three entries check Task's permissions:
+Queue, Task, Worker and Schedule have no table (`managed = False`): the tasks live in Redis, the
+schedules in the settings. They exist so that the admin lists a "Jobs" section with four entries
+and so that the permissions guarding it are ordinary model permissions, granted like any other
+(as django-rq does with its Queue model). All four entries check Task's permissions:
 
-- ``django_jobs.view_task``: see queues, tasks and workers;
-- ``django_jobs.change_task``: retry tasks (one, selected, all dead), pause and resume queues;
+- ``django_jobs.view_task``: see queues, tasks, workers and schedules;
+- ``django_jobs.change_task``: retry tasks (one, selected, all dead), pause and resume queues,
+  run a schedule now, pause and resume schedules;
 - ``django_jobs.delete_task``: delete tasks (one, selected, all dead).
 """
 
@@ -47,6 +48,17 @@ class Worker(models.Model):
 
     def __str__(self) -> str:
         return "worker"
+
+
+class Schedule(models.Model):
+    """No table: the admin's schedules page (next and last fires, run now, pause, resume)."""
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+
+    def __str__(self) -> str:
+        return "schedule"
 
 
 class ProcessedTask(models.Model):
