@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.transaction import TransactionManagementError
 
 from django_jobs.backends.base import Backend, Submission
 from django_jobs.backends.inline import InlineBackend
@@ -219,6 +220,15 @@ def enqueue(
     # The connection is looked up only for an on-commit enqueue (the lookup is not free).
     if on_commit is None and settings.enqueue_on_commit:
         on_commit = transaction.get_connection(using or DEFAULT_DB_ALIAS).in_atomic_block
+    elif on_commit and not transaction.get_connection(using or DEFAULT_DB_ALIAS).in_atomic_block:
+        if not transaction.get_autocommit(using or DEFAULT_DB_ALIAS):
+            raise TransactionManagementError(
+                "on_commit=True cannot be used in manual transaction management (autocommit "
+                "off outside atomic()): enqueue after your own commit, or use atomic()."
+            )
+        # No transaction: it has committed already, so enqueue now, and let the caller see
+        # what happens (a duplicate, Redis down) while it can still act on it.
+        on_commit = False
     if not on_commit:
         made = []
         for s, accepted in zip(submissions, backend.submit(submissions), strict=True):
@@ -228,11 +238,9 @@ def enqueue(
             made.append(JobHandle(s.message.id, job.name, s.message.queue, accepted.state))
         return made
     deferred = [JobHandle(s.message.id, job.name, s.message.queue, DEFERRED) for s in submissions]
-    connection = transaction.get_connection(using or DEFAULT_DB_ALIAS)
-    if connection.in_atomic_block:
-        CommitBatch.of(connection).add(backend, submissions, deferred)
-    else:  # no transaction: as with Django's on_commit, it has committed already
-        send_after_commit(backend, submissions, deferred)
+    CommitBatch.of(transaction.get_connection(using or DEFAULT_DB_ALIAS)).add(
+        backend, submissions, deferred
+    )
     return deferred
 
 

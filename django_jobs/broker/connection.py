@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.views.decorators.debug import sensitive_variables
 from redis.backoff import NoBackoff
 from redis.exceptions import NoPermissionError, OutOfMemoryError, ReadOnlyError, ResponseError
 from redis.retry import Retry
@@ -29,12 +31,23 @@ NOTHING_CHANGED = "nothing was changed"
 NOTHING_ENQUEUED = "nothing was enqueued"
 
 
+@sensitive_variables("url")
 def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     """Return a client for url whose calls give up after about `timeout` seconds in all.
 
-    One retry, because a timed-out command may or may not have run and every script is safe to
-    run twice. `blocking` is the longest BLPOP the client will issue, added to its read timeout.
+    One retry, because a timed-out command may or may not have run and every script but a
+    dequeue is safe to run twice (the broker never sends a dequeue through this retry: see
+    wire.py). `blocking` is the longest BLPOP the client will issue, added to its read timeout.
+    A URL that does not parse is an ImproperlyConfigured naming it redacted (redis-py's own
+    error would show the password).
     """
+    try:
+        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"JOBS['REDIS_URL'] cannot be parsed ({redact(url)}): {str(exc).split(' as ')[0]}. "
+            "Percent-encode a password holding '/', '?', '#' or '@' (urllib.parse.quote)."
+        ) from None
     half = timeout / 2
     return redis.Redis.from_url(
         url,
@@ -118,6 +131,6 @@ def unavailable(url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED
         raise BrokerUnavailable(
             f"Redis at {url} did not answer ({exc}). {maybe}Check that Redis runs and "
             f"JOBS['REDIS_URL'] points at it, then retry."
-        ) from exc
+        ) from None  # the cause is in the message; its frames hold the password (AUTH args)
     except ResponseError as exc:
-        raise refused(url, exc, outcome=outcome) from exc
+        raise refused(url, exc, outcome=outcome) from None

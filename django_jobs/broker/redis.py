@@ -211,7 +211,15 @@ class RedisBroker(InspectCalls):
             else:
                 calls.append(("dequeue", keys, args))
         with self.unavailable():
-            replies = self._pipeline(calls, own=True)  # raises the first error reply
+            replies = self._pipeline(calls, own=True, errors=True)
+            failed = next((reply for reply in replies if isinstance(reply, Exception)), None)
+            if failed is not None:
+                if count and not isinstance(replies[-1], Exception):
+                    # An outcome was refused but the fetch after it ran: hand what it fetched
+                    # back, or it would wait in active until its lease expires.
+                    for delivery in self._deliveries(queues, replies[-1]):
+                        self.requeue(delivery, crash=False, reason="its fetch came with a refusal")
+                raise failed
         if count and calls[-1][0] == "ack_dequeue":
             acked, fetched = replies.pop()
             replies += [acked, fetched]
@@ -256,7 +264,7 @@ class RedisBroker(InspectCalls):
             ("EVALSHA", self.scripts["dequeue"].sha, len(keys), *keys, *args),
         ]
         with self.unavailable():
-            woken, fetched = self._round_trip(commands, own=True)
+            woken, fetched = self._round_trip(commands, own=True, replayable=False)
             if isinstance(fetched, NoScriptError):
                 fetched = self._run_raw("dequeue", keys, args)
             if isinstance(fetched, Exception):

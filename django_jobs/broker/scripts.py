@@ -5,9 +5,11 @@ forgotten them (after a restart or SCRIPT FLUSH): redis-py's `Script` does that 
 
 Each script's file opens with a Redis 7 shebang line, `#!lua` for a script that writes: Redis
 then refuses the whole script under maxmemory (OOM) before it runs, instead of failing at its
-first write with earlier writes applied. `extend_lease` alone says `flags=allow-oom`: it only
+first write with earlier writes applied. Three say `flags=allow-oom`: `extend_lease` only
 moves the scores of existing members, and a running task's lease must outlive an OOM window,
-or the task would be recovered and run a second time. The shebang is followed by
+or the task would be recovered and run a second time; `janitor` and `delete` only delete, and
+they are how memory is freed under maxmemory with noeviction (without them only redis-cli
+could). The shebang is followed by
 the helpers of `_prelude.lua` it calls (each call of a script defines them anew, so a script
 gets only those), then by the script itself. What more than one script does is written once
 there, with its contract: the stale-epoch guard of the outcome scripts (`held`, `claim`), the

@@ -22,6 +22,9 @@ from django_jobs.broker.connection import NOTHING_CHANGED, unavailable
 
 #: Seconds a signal handler may spend telling Redis to end this process's blocked wait.
 UNBLOCK_TIMEOUT = 0.5
+#: Scripts that must not run twice for one call: a replayed dequeue would move a second task to
+#: active and hand out only one of them, stranding the other until its lease expires.
+NOT_REPLAYABLE = frozenset({"dequeue", "ack_dequeue"})
 
 
 class ScriptCalls:
@@ -54,6 +57,15 @@ class ScriptCalls:
         script = self.scripts[name]
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         with self.unavailable():
+            if name in NOT_REPLAYABLE:
+                # Our own round trip, which never sends it twice (redis-py's retry would).
+                (reply,) = self._round_trip([command], own=False, replayable=False)
+                if isinstance(reply, NoScriptError):
+                    self.client.script_load(script.script)
+                    (reply,) = self._round_trip([command], own=False, replayable=False)
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
             try:
                 return self.client.execute_command(*command, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
             except NoScriptError:
@@ -76,7 +88,8 @@ class ScriptCalls:
             ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
             for name, keys, args in calls
         ]
-        replies = self._round_trip(commands, own=own)
+        replayable = not any(name in NOT_REPLAYABLE for name, _keys, _args in calls)
+        replies = self._round_trip(commands, own=own, replayable=replayable)
         for index, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):
                 # Redis forgot the script (restart, SCRIPT FLUSH): only this call did not run.
@@ -86,23 +99,28 @@ class ScriptCalls:
                 raise reply
         return replies
 
-    def _round_trip(self, commands: Sequence[tuple[Any, ...]], *, own: bool) -> list[Any]:
+    def _round_trip(
+        self, commands: Sequence[tuple[Any, ...]], *, own: bool, replayable: bool = True
+    ) -> list[Any]:
         """Send commands in one write and read their replies: bytes, errors as values.
 
         What a redis-py pipeline does, without its per-call bookkeeping (the worker's hot path
-        runs this once per task). A connection the server closed (a restart, an idle timeout)
-        is retried once on a fresh one: the command may or may not have run, and every script is
-        safe to run twice. A timeout is not retried: it has spent half the caller's time budget
-        (see `connect`), and opening a new connection to a server that does not answer would
-        spend more than the rest.
+        runs this once per task). A connection that fails before the commands are sent (a
+        restart, an idle timeout) is retried once on a fresh one. One that fails after is
+        retried only when the commands are `replayable`: they may or may not have run, and
+        every script but a dequeue is safe to run twice. A timeout is not retried: it has spent
+        half the caller's time budget (see `connect`), and opening a new connection to a server
+        that does not answer would spend more than the rest.
         """
         pool = self.client.connection_pool
         for attempt in (1, 2):
             conn: Any = self._own_connection() if own else pool.get_connection()
+            sent = False
             try:
                 # hiredis packs as redis-py would with hiredis, minus its per-argument checks.
                 packed = b"".join([pack_command(command) for command in commands])
                 conn.send_packed_command([packed], check_health=False)
+                sent = True
                 replies: list[Any] = []
                 for _ in commands:
                     try:
@@ -112,7 +130,7 @@ class ScriptCalls:
                 return replies
             except redis.ConnectionError:
                 self._drop(conn, own)
-                if attempt == 2:
+                if attempt == 2 or (sent and not replayable):
                     raise
             except BaseException:
                 # A timeout, or anything raised between two reads (a JobTimeout from SIGALRM,

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings as django_settings
 from django.core.checks import Error
+from redis.connection import parse_url
 
 from django_jobs.conf.defaults import (
     COUNTS,
@@ -59,6 +60,19 @@ def _check_redis_url(value: Any) -> list[Error]:
                 3,
                 f"JOBS['REDIS_URL'] has scheme {scheme or '(none)'!r} ({shown!r}).",
                 "Use redis://host:port/db, rediss:// for TLS or unix:///path/to/socket.",
+            )
+        ]
+    try:
+        parse_url(value)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        # redis-py's message may quote the password ("could not be cast ... as 'pw'"): cut it.
+        return [
+            error(
+                3,
+                f"JOBS['REDIS_URL'] cannot be parsed ({redact(value)}): "
+                f"{str(exc).split(' as ')[0]}.",
+                "Percent-encode a password holding '/', '?', '#' or '@' "
+                "(urllib.parse.quote(password, safe='')).",
             )
         ]
     return []

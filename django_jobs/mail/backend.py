@@ -32,6 +32,13 @@ from django_jobs.mail.serialize import message_to_dict
 
 logger = logging.getLogger("django_jobs.mail")
 
+#: Per-call options of a real connection (send_mail's auth_user/auth_password, SMTP options):
+#: they would not reach the worker, whose real backend sends with its own configuration.
+CONNECTION_OPTIONS = frozenset(
+    {"username", "password", "host", "port", "use_tls", "use_ssl", "timeout", "ssl_keyfile",
+     "ssl_certfile"}
+)  # fmt: skip
+
 
 class QueuedEmailBackend(BaseEmailBackend):
     """Queue each message as a `DeliverEmail` job (one per message, one Redis round trip per
@@ -45,6 +52,14 @@ class QueuedEmailBackend(BaseEmailBackend):
     def __init__(
         self, *args: Any, mailer: str | None = None, queue: str | None = None, **kwargs: Any
     ) -> None:
+        given = sorted(k for k, v in kwargs.items() if k in CONNECTION_OPTIONS and v is not None)
+        if given:
+            raise TypeError(
+                f"QueuedEmailBackend cannot carry {', '.join(given)} to the worker, which sends "
+                "through the real backend as it is configured: set them there (the mailer's "
+                "OPTIONS, or JOBS['EMAIL_BACKEND']'s settings), or pass a connection of the "
+                "real backend to send_mail() to send at once, outside the queue."
+            )
         super().__init__(*args, **kwargs)
         self.mailer = mailer
         self.queue = queue

@@ -185,3 +185,31 @@ def test_enqueue_on_commit__inside_a_test_transaction_with_captured_callbacks(
     assert len(callbacks) == 2  # one per surviving enqueue; the first sent them all
     assert _texts(on_commit) == ["a", "c"]
     assert first.state == "pending"
+
+
+def test_on_commit__outside_a_transaction_enqueues_now_and_raises_what_it_meets(
+    redis_ns: RedisNamespace,
+) -> None:
+    # No transaction: it has committed already, so the enqueue happens now, and the caller
+    # sees a duplicate (or Redis down) while it can still act on it, with a real handle.
+    from django_jobs import DuplicateJob
+
+    first = Remember.enqueue(Note("once"), idempotency_key="k", on_commit=True)
+    with pytest.raises(DuplicateJob) as caught:
+        Remember.enqueue(Note("twice"), idempotency_key="k", on_commit=True)
+
+    assert first.state == "pending"
+    assert caught.value.original_id == first.id
+    assert _texts(redis_ns) == ["once"]
+
+
+def test_on_commit__manual_transaction_management_is_refused(redis_ns: RedisNamespace) -> None:
+    transaction.set_autocommit(False)
+    try:
+        with pytest.raises(transaction.TransactionManagementError):
+            Remember.enqueue(Note("too early"), on_commit=True)
+    finally:
+        transaction.rollback()
+        transaction.set_autocommit(True)
+
+    assert _texts(redis_ns) == []

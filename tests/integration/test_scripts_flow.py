@@ -268,3 +268,16 @@ def test_run_burst__a_broken_queue_waits_while_the_others_flow(
     assert redis_ns.client.lrange(key(redis_ns, q("pending", "critical")), 0, -1) == [
         stuck.id.encode()
     ]
+
+
+def test_oom__an_operator_can_still_free_memory(
+    full_redis: tuple[RedisNamespace, RedisBroker],
+) -> None:
+    # Deleting is how memory comes back under noeviction: the admin's delete and the janitor
+    # only delete, so Redis lets them run (without them only redis-cli could free memory).
+    ns, broker = full_redis
+
+    assert broker.delete("default", "b", "pending", None) == "deleted"
+    assert broker.janitor("default") == 0  # nothing expired: ran, refused nothing
+
+    assert t("b") not in snapshot(ns)

@@ -19,7 +19,7 @@ from django_jobs.apps import hide_redis_urls
 from django_jobs.broker.connection import redact, unavailable
 from django_jobs.client import get_broker
 from django_jobs.exceptions import BrokerUnavailable
-from tests.conftest import free_port
+from tests.conftest import RedisServer, free_port
 
 SECRET = "s3cr3t"
 
@@ -147,3 +147,46 @@ def test_debug_page__frames_holding_the_settings_show_no_password(settings: Any)
 
     assert "JobsSettings" in html
     assert SECRET not in html
+
+
+@pytest.mark.private_redis
+def test_debug_page__a_refused_password_leaves_no_frame_holding_it(
+    settings: Any, private_redis: RedisServer
+) -> None:
+    # A wrong password fails in redis-py's AUTH, whose frames hold the password: the named
+    # error must not chain them onto the debug page.
+    from tests.integration.test_broker import Note, NoteJob
+
+    private_redis.client().config_set("requirepass", "the-right-one")
+    settings.JOBS = {"REDIS_URL": f"redis://:{SECRET}@127.0.0.1:{private_redis.port}/0"}
+    with pytest.raises(BrokerUnavailable):
+        try:
+            NoteJob.enqueue(Note("hello"))
+        except BrokerUnavailable:
+            info = sys.exc_info()
+            raise
+    html = ExceptionReporter(RequestFactory().get("/"), *info).get_traceback_html()
+
+    assert SECRET not in html
+
+
+@pytest.mark.parametrize("password", ["s3cr3t/x", "s3cr3t?x", "s3cr3t#x"])
+def test_redis_url__one_that_does_not_parse_is_named_without_its_password(
+    settings: Any, password: str
+) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_jobs.broker.connection import connect
+    from django_jobs.conf import settings_errors
+
+    url = f"redis://:{password}@127.0.0.1:6379/0"
+    settings.JOBS = {"REDIS_URL": url}
+
+    errors = settings_errors()
+    with pytest.raises(ImproperlyConfigured) as caught:
+        connect(url, 1.0)
+
+    assert [e.id for e in errors] == ["django_jobs.E003"]
+    assert SECRET not in errors[0].msg + str(errors[0].hint)
+    assert "Percent-encode" in str(errors[0].hint)
+    assert SECRET not in str(caught.value)

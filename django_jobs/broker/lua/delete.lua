@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- delete: discard a task that is not running, and release its idempotency key if it still
 -- points at this task (so the same work can be enqueued again).
 --

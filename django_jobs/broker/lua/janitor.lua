@@ -1,4 +1,4 @@
-#!lua
+#!lua flags=allow-oom
 -- janitor: delete completed tasks past their retention, and bound the dead set by age and size.
 --
 -- KEYS[1]  <ns>:{<q>}:completed     sorted set, score = expires at

@@ -1,0 +1,146 @@
+"""A fetch is never sent twice, and a fetch that came with a refusal is handed back.
+
+Found by review (issue 12, "none stranded"): redis-py's one retry and our own round trip's retry
+replayed a dequeue whose reply was lost, moving a second task to active and handing out only
+one; and `settle` dropped the task its pipelined fetch had moved to active when an outcome
+before it was refused.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from django_jobs.broker.connection import connect
+from django_jobs.broker.protocol import Action, EnqueueRequest, Verdict
+from django_jobs.broker.redis import RedisBroker
+from django_jobs.client import get_broker
+from django_jobs.conf import get_settings
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+from tests.conftest import RedisNamespace
+
+
+class LosingProxy:
+    """A TCP proxy to Redis that, when told, drops the connection instead of passing on the
+    next reply: Redis ran the command, the client never hears of it."""
+
+    def __init__(self, port: int = 6379) -> None:
+        self.server = socket.socket()
+        self.server.bind(("127.0.0.1", 0))
+        self.server.listen(8)
+        self.port = self.server.getsockname()[1]
+        self.target = port
+        self.lose_next = threading.Event()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+        try:
+            while True:
+                readable, _, _ = select.select([client, upstream], [], [])
+                for source in readable:
+                    data = source.recv(65536)
+                    if not data:
+                        return
+                    if source is upstream and self.lose_next.is_set():
+                        self.lose_next.clear()
+                        return  # the reply is lost with the connection
+                    (upstream if source is client else client).sendall(data)
+        except OSError:
+            return
+        finally:
+            client.close()
+            upstream.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.server.close()
+
+
+@pytest.fixture
+def proxied(redis_ns: RedisNamespace) -> Iterator[tuple[RedisBroker, LosingProxy]]:
+    proxy = LosingProxy(int(redis_ns.client.connection_pool.connection_kwargs["port"]))
+    broker = RedisBroker(connect(f"redis://127.0.0.1:{proxy.port}/0", 2.0), get_settings())
+    yield broker, proxy
+    broker.client.close()
+    proxy.close()
+
+
+def request(task_id: str) -> EnqueueRequest:
+    return EnqueueRequest(
+        id=task_id, queue="default", encoded='{"v": 1}', delay=0.0, eta=None,
+        idempotency_key=None, idempotency_window=0.0,
+    )  # fmt: skip
+
+
+def active(ns: RedisNamespace) -> list[bytes]:
+    return list(ns.client.lrange(f"{ns.namespace}:{{default}}:active", 0, -1))
+
+
+def test_settle__a_fetch_whose_reply_was_lost_is_not_sent_again(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32), request("b" * 32)])
+    broker.settle([], ["default"], 0)  # the child's own connection is open
+
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.settle([], ["default"], 1)
+
+    # One task went to active with the fetch that ran; the other is still pending, not moved
+    # by a replay and handed out while the first waits for its lease.
+    assert active(redis_ns) == [b"a" * 32]
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [
+        b"b" * 32
+    ]
+
+
+def test_dequeue__a_reply_lost_is_not_replayed_by_the_client(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32), request("b" * 32)])
+
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.dequeue(["default"])
+
+    assert active(redis_ns) == [b"a" * 32]
+
+
+def test_settle__a_refused_outcome_hands_back_what_its_fetch_took(
+    redis_ns: RedisNamespace,
+) -> None:
+    broker = get_broker()
+    broker.enqueue([request("a" * 32)])
+    running = broker.dequeue(["default"])
+    assert running is not None
+    broker.enqueue([request("b" * 32)])
+    redis_ns.client.set(f"{redis_ns.namespace}:{{default}}:retry", "written by hand")
+    failed = Verdict(running.id, "default", running.epoch, "job", Action.RETRY, delay=5.0)
+
+    with pytest.raises(BrokerRefused):
+        broker.settle([failed], ["default"], 1)
+
+    # The outcome is refused (the task stays active, its lease kept); the task the pipelined
+    # fetch had moved to active is back in pending, not stranded.
+    assert active(redis_ns) == [b"a" * 32]
+    record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'b' * 32}")
+    assert record[b"state"] == b"pending"
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [
+        b"b" * 32
+    ]
