@@ -7,7 +7,7 @@ registers them and adds the checks that need the job registry or a database.
 |---------------------|----------------------------------------------------------------|
 | django_jobs.E001    | JOBS is not a dict                                             |
 | django_jobs.E002    | JOBS has a key django-jobs does not know (a typo?), or one whose |
-|                     | feature is not built yet (SCHEDULE, FLOW_REPLAY_LEASE)         |
+|                     | feature is not built yet (FLOW_REPLAY_LEASE)                   |
 | django_jobs.E003    | REDIS_URL is not a redis://, rediss:// or unix:// URL          |
 | django_jobs.E004    | NAMESPACE is empty or holds characters that break key names    |
 | django_jobs.E005    | QUEUES is empty, not a list of names, or repeats a name        |
@@ -22,6 +22,7 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E015    | queued mail has no real backend: a queued mailer names itself, |
 |                     | a queued mailer or a missing alias (in django_jobs/mail/checks) |
 | django_jobs.E016    | ENQUEUE_ON_COMMIT is not True or False                         |
+| django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 | django_jobs.I001    | jobs are disabled (REDIS_URL unset): what enqueue does instead |
 """
@@ -43,6 +44,7 @@ from django_jobs.conf import (
 )
 from django_jobs.conf.validation import error
 from django_jobs.jobs import registry
+from django_jobs.schedules import schedule_errors
 
 #: The mail jobs: they run on JOBS["EMAIL_QUEUE"] (checked as E014), not on their class queue.
 EMAIL_JOBS = frozenset({"django_jobs.DeliverEmail", "django_jobs.SendEmail"})
@@ -93,6 +95,16 @@ def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
                 )
             )
     return errors
+
+
+@register("django_jobs")
+def check_schedules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Check every schedule (JOBS["SCHEDULE"], job classes' `schedule`); never connects."""
+    if settings_errors():
+        return []  # the queues cannot be trusted; the settings errors say why
+    return list(schedule_errors())
 
 
 @register("django_jobs")

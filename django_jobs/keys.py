@@ -116,6 +116,22 @@ def worker(namespace: str, worker_id: str) -> str:
     return f"{namespace}:worker:{worker_id}"
 
 
+def schedules(namespace: str) -> str:
+    """Set of the schedule names whose state Redis holds (to delete those no longer configured)."""
+    return f"{namespace}:schedules"
+
+
+def schedule(namespace: str, name: str) -> str:
+    """Hash of one schedule's state: last_fire, last_fired_at, last_task_id, last_task_queue,
+    paused."""
+    return f"{namespace}:schedule:{name}"
+
+
+def schedule_fires(namespace: str, name: str) -> str:
+    """List of one schedule's last fires (JSON), newest first."""
+    return f"{namespace}:schedule:{name}:fires"
+
+
 _day: tuple[int, str] = (-1, "")
 
 

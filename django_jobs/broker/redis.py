@@ -15,7 +15,6 @@ from django_jobs.broker.connection import (
     wrong_key,
 )
 from django_jobs.broker.connection import connect as connect
-from django_jobs.broker.inspect import InspectCalls
 from django_jobs.broker.protocol import (
     Accepted,
     Action,
@@ -24,6 +23,7 @@ from django_jobs.broker.protocol import (
     Requeued,
     Verdict,
 )
+from django_jobs.broker.schedules import ScheduleCalls
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
 from django_jobs.keys import today, worker, workers
@@ -56,7 +56,7 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
-class RedisBroker(InspectCalls):
+class RedisBroker(ScheduleCalls):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
     the read side and the operator's actions in inspect.py, the wire in wire.py."""
 

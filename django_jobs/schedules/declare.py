@@ -125,3 +125,12 @@ class Schedule:
         # cronsim's reverse iteration starts strictly before its start: start just after `at`.
         start = datetime.fromtimestamp(math.floor(at) + 1, ZoneInfo(self.timezone))
         return next(CronSim(self.cron, start, reverse=True)).timestamp()
+
+    def fires_between(self, after: float, until: float, limit: int) -> list[float]:
+        """The fire times in (after, until], oldest first: the newest `limit` of them."""
+        times: list[float] = []
+        at = self.last_fire(until)
+        while at > after and len(times) < limit:
+            times.append(at)
+            at = self.last_fire(at - (self.every or 1e-3))  # the fire time before `at`
+        return times[::-1]

@@ -121,12 +121,12 @@ class ScheduleActions:
         self.get(name)
         return self.broker.fire_history(name, HISTORY)
 
-    def fire(self, schedule: Schedule, fire_time: float) -> Accepted | None:
-        """Enqueue the fire time's task. Returns what the broker accepted (a duplicate: another
-        worker fired this time), or None when the schedule's last fire is already at or past
-        `fire_time` (nothing written)."""
+    def fire(self, schedule: Schedule, fire_time: float) -> tuple[str, Accepted | None]:
+        """Enqueue the fire time's task. Returns its id with what the broker accepted (a
+        duplicate: another worker fired this time), or None when the schedule's last fire is
+        already at or past `fire_time`, or it is paused (nothing written)."""
         task = request(self.broker, schedule, fire_key(schedule.name, fire_time), window(schedule))
-        return self.broker.fire(schedule.name, task, fire_time, HISTORY)
+        return task.id, self.broker.fire(schedule.name, task, fire_time, HISTORY)
 
     def run_now(self, name: str) -> str:
         """Enqueue one fire of the schedule now (not a fire time); return its task id."""

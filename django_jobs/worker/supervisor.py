@@ -49,6 +49,7 @@ from django_jobs.worker.loop import Ticker
 from django_jobs.worker.policy import Attempt
 from django_jobs.worker.processor import write_decision
 from django_jobs.worker.recoverer import Recoverer
+from django_jobs.worker.scheduler import Scheduler
 from django_jobs.worker.slots import Running, SlotTable
 
 logger = logging.getLogger("django_jobs.worker.supervisor")
@@ -100,6 +101,7 @@ class Supervisor:
                 Forwarder(broker, self.queues),
                 Recoverer(broker, self.queues, renew=self.heartbeat.renew),
                 Janitor(broker, self.queues),
+                Scheduler(broker),
                 self.backlog,
             ]
         )

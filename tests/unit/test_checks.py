@@ -50,7 +50,6 @@ def test_check_settings__valid_settings_pass(jobs: dict[str, Any]) -> None:
         ({"MAX_ATTEMPTS": 2.5}, ["django_jobs.E007"]),
         ({"MAX_ATTEMPTS": True}, ["django_jobs.E007"]),
         ({"WHEN_DISABLED": "later"}, ["django_jobs.E008"]),
-        ({"SCHEDULE": {}}, ["django_jobs.E002"]),
         ({"FLOW_REPLAY_LEASE": 30}, ["django_jobs.E002"]),
         ({"ENQUEUE_ON_COMMIT": 1}, ["django_jobs.E016"]),
         ({"LEASE": 10, "HEARTBEAT_INTERVAL": 10}, ["django_jobs.E010"]),

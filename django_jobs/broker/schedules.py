@@ -1,0 +1,142 @@
+"""What the worker's scheduler and the inspector need of Redis for schedules.
+
+Per schedule, `<ns>:schedule:<name>` (a hash: the last fire time handled, the last enqueue and
+its task, the paused flag) and `<ns>:schedule:<name>:fires` (its last fires, bounded); the set
+`<ns>:schedules` names those Redis holds, so a worker can delete the state of a schedule no
+longer configured. A fire is one script, `fire` (the enqueue script with the fire time's
+idempotency key, then the record). These keys have no hash tag: on a Redis Cluster a fire spans
+two slots, like dequeue (see keys.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django_jobs.broker.connection import NOTHING_ENQUEUED
+from django_jobs.broker.info import Fire, ScheduleState
+from django_jobs.broker.inspect import InspectCalls
+from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.keys import schedule, schedule_fires, schedules
+
+#: The fields of a schedule's hash, in the order schedule_states reads them.
+FIELDS = ("last_fire", "last_fired_at", "last_task_id", "last_task_queue", "paused")
+
+
+def _float(value: bytes | None) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except ValueError:
+        return None  # written by hand: read as absent
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode(errors="replace")
+
+
+def _at(value: object) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(float(value), UTC)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+class ScheduleCalls(InspectCalls):
+    """Schedules' state and fires on one Redis broker."""
+
+    def _enqueue_call(self, request: EnqueueRequest) -> tuple[list[str], list[Any]]:
+        """The enqueue script's keys and arguments for one task (RedisBroker's)."""
+        raise NotImplementedError
+
+    def time(self) -> float:
+        """Redis' clock, in epoch seconds."""
+        with self.unavailable(writes=False):
+            seconds, micros = self.client.time()
+        return seconds + micros / 1_000_000
+
+    def fire(
+        self, name: str, request: EnqueueRequest, fire_time: float | None, history: int
+    ) -> Accepted | None:
+        """Enqueue a schedule's task and record the fire in one script; see the Protocol."""
+        assert request.idempotency_key is not None, "a fire always has its idempotency key"
+        keys, args = self._enqueue_call(request)
+        ns = self.settings.namespace
+        keys += [schedule(ns, name), schedule_fires(ns, name)]
+        args += ["" if fire_time is None else repr(fire_time), request.queue, history]
+        status, value = (str(part) for part in self._run("fire", keys, args, NOTHING_ENQUEUED))
+        if status in ("late", "paused"):
+            return None
+        if status == "duplicate":
+            return Accepted(state="", duplicate_of=value)
+        return Accepted(state=value)
+
+    def skip_fire(self, name: str, fire_time: float) -> bool:
+        """Make fire_time the schedule's last fire without a task; see the Protocol."""
+        keys = [schedule(self.settings.namespace, name)]
+        return bool(self._run("skip_fire", keys, [repr(fire_time)]))
+
+    def schedule_states(self, names: Sequence[str]) -> dict[str, ScheduleState]:
+        """Each schedule's state, one round trip; a hash of another type reads as empty."""
+        ns = self.settings.namespace
+        replies = self._read([("HMGET", schedule(ns, name), *FIELDS) for name in names])
+        states = {}
+        for name, reply in zip(names, replies, strict=True):
+            values: list[Any] = reply if isinstance(reply, list) else [None] * len(FIELDS)
+            last_fire, fired_at, task_id, queue, paused = values
+            states[name] = ScheduleState(
+                last_fire=_float(last_fire),
+                last_fired_at=_float(fired_at),
+                last_task_id=_text(task_id),
+                last_task_queue=_text(queue),
+                paused=paused == b"1",
+            )
+        return states
+
+    def fire_history(self, name: str, limit: int) -> list[Fire]:
+        """The schedule's last fires, newest first; an entry that is not ours is left out."""
+        key = schedule_fires(self.settings.namespace, name)
+        (reply,) = self._read([("LRANGE", key, 0, limit - 1)])
+        fires = []
+        for raw in reply if isinstance(reply, list) else []:
+            try:
+                entry = json.loads(raw)
+                fired_at = _at(entry["fired_at"])
+                assert fired_at is not None
+                fires.append(
+                    Fire(
+                        fired_at=fired_at,
+                        fire_time=_at(entry["fire_time"]) if entry["fire_time"] != "" else None,
+                        task_id=str(entry["task_id"]),
+                        queue=str(entry["queue"]),
+                    )
+                )
+            except (ValueError, TypeError, KeyError, AssertionError):
+                continue
+        return fires
+
+    def pause_schedule(self, name: str) -> None:
+        """Stop the schedule firing (its fire times pass without a task) until resumed."""
+        with self.unavailable():
+            self.client.hset(schedule(self.settings.namespace, name), "paused", "1")
+
+    def resume_schedule(self, name: str) -> None:
+        """Let a paused schedule fire again from its next fire time."""
+        with self.unavailable():
+            self.client.hdel(schedule(self.settings.namespace, name), "paused")
+
+    def forget_schedules(self, keep: Sequence[str]) -> list[str]:
+        """Delete the state of the schedules Redis holds that are not in keep; register keep."""
+        ns = self.settings.namespace
+        with self.unavailable():
+            known = {str(m) for m in self.client.smembers(schedules(ns))}
+            gone = sorted(known - set(keep))
+            pipe = self.client.pipeline(transaction=True)
+            for name in gone:
+                pipe.delete(schedule(ns, name), schedule_fires(ns, name))
+                pipe.srem(schedules(ns), name)
+            if keep:
+                pipe.sadd(schedules(ns), *keep)
+            pipe.execute()
+        return gone
