@@ -96,7 +96,7 @@ class Scheduler(Component):
     def _tick_one(self, schedule: Schedule, state: ScheduleState, now: float) -> None:
         latest = schedule.last_fire(now)
         grace = min(MISSED_AFTER, schedule.period / 2)
-        if state.last_fire is None and now - latest > grace:
+        if state.last_fire is None and now - latest >= grace:
             # A new schedule starts with its next fire time, not with one from before it existed.
             self._skip(schedule, latest, "the schedule is new", logging.DEBUG)
             return
@@ -121,7 +121,7 @@ class Scheduler(Component):
                     "older ones are skipped.",
                     schedule.name, CATCH_UP_LIMIT, CATCH_UP_LIMIT,
                 )  # fmt: skip
-        elif schedule.catch_up == "none" and now - latest > grace:  # "one" fires it
+        elif schedule.catch_up == "none" and now - latest >= grace:  # "one" fires it
             self._skip(schedule, latest, "missed (catch_up='none')", logging.INFO)
             return
         else:

@@ -104,3 +104,118 @@ def test_scheduler__all_workers_down_for_three_fire_times_enqueue_once(
     for s in back:
         s.tick()
     assert fire_times(redis_ns) == [T0, T0 + 4]
+
+
+def test_scheduler__catch_up_all_enqueues_the_newest_missed_up_to_its_bound(
+    brokers: list[RedisBroker], redis_ns: RedisNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock(T0 + 0.01)
+    scheduler = Scheduler(brokers[0], {"tick": every(1, catch_up="all")}, clock)
+    scheduler.tick()
+    clock.now = T0 + 3.5
+    scheduler.tick()
+    assert fire_times(redis_ns) == [T0, T0 + 1, T0 + 2, T0 + 3]
+    clock.now = T0 + 3 + CATCH_UP_LIMIT + 50.5
+    with caplog.at_level(logging.WARNING, "django_jobs.worker.scheduler"):
+        scheduler.tick()
+    newest = [T0 + 3 + 51 + i for i in range(CATCH_UP_LIMIT)]
+    assert fire_times(redis_ns) == [T0, T0 + 1, T0 + 2, T0 + 3, *newest]
+    assert f"missed more than {CATCH_UP_LIMIT} fire times" in caplog.text
+
+
+def test_scheduler__catch_up_none_skips_missed_fire_times(
+    brokers: list[RedisBroker], redis_ns: RedisNamespace
+) -> None:
+    clock = Clock(T0 + 0.01)
+    scheduler = Scheduler(brokers[0], {"tick": every(10, catch_up="none")}, clock)
+    scheduler.tick()
+    clock.now = T0 + 35  # T0+30 is 5 s old: half a period or more, missed
+    scheduler.tick()
+    clock.now = T0 + 40.2
+    scheduler.tick()
+    assert fire_times(redis_ns) == [T0, T0 + 40]
+
+
+def test_scheduler__a_paused_schedule_fires_again_from_its_next_fire_time(
+    brokers: list[RedisBroker], redis_ns: RedisNamespace
+) -> None:
+    clock = Clock(T0 + 0.01)
+    scheduler = Scheduler(brokers[0], {"tick": every(1)}, clock)
+    scheduler.tick()
+    brokers[1].pause_schedule("tick")
+    for step in (1, 2):
+        clock.now = T0 + step + 0.01
+        scheduler.tick()
+    brokers[1].resume_schedule("tick")
+    scheduler.tick()  # T0+2 passed while paused: not caught up
+    clock.now = T0 + 3.01
+    scheduler.tick()
+    assert fire_times(redis_ns) == [T0, T0 + 3]
+
+
+def test_scheduler__overlap_false_skips_while_the_previous_task_is_unfinished(
+    brokers: list[RedisBroker], redis_ns: RedisNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock(T0 + 0.01)
+    scheduler = Scheduler(brokers[0], {"tick": every(1, overlap=False)}, clock)
+    scheduler.tick()
+    ((first, _),) = tasks(redis_ns)
+    clock.now = T0 + 1.01
+    with caplog.at_level(logging.WARNING, "django_jobs.worker.scheduler"):
+        scheduler.tick()
+    assert fire_times(redis_ns) == [T0]
+    assert "skipped" in caplog.text
+    assert first in caplog.text
+    # The first task finishes (its record goes, as after an ack with no retention).
+    redis_ns.client.delete(get_broker().keys(Q).task(first))
+    redis_ns.client.lrem(get_broker().keys(Q).pending, 0, first)
+    clock.now = T0 + 2.01
+    scheduler.tick()
+    assert fire_times(redis_ns) == [T0 + 2]
+
+
+def test_scheduler__a_removed_schedule_leaves_no_keys(
+    brokers: list[RedisBroker], redis_ns: RedisNamespace
+) -> None:
+    clock = Clock(T0 + 0.01)
+    Scheduler(brokers[0], {"kept": every(1, "kept"), "gone": every(1, "gone")}, clock).tick()
+    ns = redis_ns.namespace
+    assert (
+        redis_ns.client.exists(schedule_key(ns, "gone"), f"{schedule_key(ns, 'gone')}:fires") == 2
+    )
+    Scheduler(brokers[1], {"kept": every(1, "kept")}, clock).tick()  # the next worker start
+    assert redis_ns.client.keys(f"{ns}:schedule:gone*") == []
+    assert redis_ns.client.smembers(f"{ns}:schedules") == {b"kept"}
+    assert redis_ns.client.exists(schedule_key(ns, "kept")) == 1
+
+
+def paris(*args: int) -> float:
+    return datetime(*args, tzinfo=ZoneInfo("Europe/Paris")).timestamp()  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "fired"),
+    [
+        # Spring forward: 02:00 -> 03:00, so 02:30 does not exist; it fires once, at 03:00.
+        ((2026, 3, 28, 12), (2026, 3, 29, 12), [(2026, 3, 29, 3)]),
+        # Fall back: 03:00 -> 02:00, so 02:30 happens twice; it fires once, at the first.
+        ((2026, 10, 24, 12), (2026, 10, 25, 12), [(2026, 10, 25, 2, 30)]),
+    ],
+)
+def test_scheduler__a_daily_0230_job_fires_once_on_dst_days(
+    brokers: list[RedisBroker],
+    redis_ns: RedisNamespace,
+    start: tuple[int, ...],
+    end: tuple[int, ...],
+    fired: list[tuple[int, ...]],
+) -> None:
+    nightly = Schedule(
+        name="nightly", job="probes.Noop", cron="30 2 * * *", timezone="Europe/Paris",
+        payload={"n": 1},
+    )  # fmt: skip
+    clock = Clock(paris(*start))
+    scheduler = Scheduler(brokers[0], {"nightly": nightly}, clock)
+    while clock.now < paris(*end):
+        scheduler.tick()
+        clock.now += 120  # a tick every two minutes of the fake clock, through the night
+    assert fire_times(redis_ns) == [paris(*when) for when in fired]
