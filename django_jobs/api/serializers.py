@@ -12,7 +12,7 @@ from rest_framework import serializers
 
 from django_jobs.api.listing import DEFAULT_PER_PAGE, MAX_PER_PAGE
 from django_jobs.conf import get_settings
-from django_jobs.inspector import QueueInfo, RunningTask, TaskInfo, WorkerInfo
+from django_jobs.inspector import Fire, QueueInfo, RunningTask, ScheduleInfo, TaskInfo, WorkerInfo
 from django_jobs.keys import State
 
 # -- query strings --------------------------------------------------------------------------
@@ -157,6 +157,52 @@ class TaskPageSerializer(serializers.Serializer[dict[str, Any]]):
 class CountSerializer(serializers.Serializer[dict[str, Any]]):
     queue = serializers.CharField()
     count = serializers.IntegerField(help_text="Tasks retried or deleted.")
+
+
+class ScheduleSerializer(serializers.Serializer[ScheduleInfo]):
+    """One configured schedule: what it runs, when, and its last fire."""
+
+    name = serializers.CharField()
+    job = serializers.CharField(help_text="The registered name of the job it enqueues.")
+    expression = serializers.CharField(help_text="The cron expression, or every N seconds.")
+    words = serializers.CharField(help_text="The expression in words.")
+    timezone = serializers.CharField(help_text="The time zone its cron expression is read in.")
+    next_fire_at = serializers.DateTimeField(
+        allow_null=True, help_text="The next fire time; null while paused."
+    )
+    last_fire_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When it last enqueued (a fire time's or a run now); null before its first.",
+    )
+    last_task_id = serializers.CharField(allow_null=True, help_text="The task it last enqueued.")
+    last_task_queue = serializers.CharField(allow_null=True)
+    paused = serializers.BooleanField()
+
+
+class FireSerializer(serializers.Serializer[Fire]):
+    """One enqueue by a schedule."""
+
+    fired_at = serializers.DateTimeField(help_text="When it was enqueued.")
+    fire_time = serializers.DateTimeField(
+        allow_null=True, help_text="The fire time it was for; null for a run now."
+    )
+    task_id = serializers.CharField()
+    queue = serializers.CharField()
+
+
+class ScheduleDetailSerializer(ScheduleSerializer):
+    """A schedule with its fire history."""
+
+    fires = FireSerializer(many=True, help_text="Its last fires (a bounded number), newest first.")
+
+
+class ScheduleListSerializer(serializers.Serializer[dict[str, Any]]):
+    results = ScheduleSerializer(many=True, help_text="Every configured schedule, by name.")
+
+
+class RunNowSerializer(serializers.Serializer[dict[str, Any]]):
+    task_id = serializers.CharField(help_text="The task enqueued now.")
+    schedule = ScheduleSerializer()
 
 
 # -- errors ---------------------------------------------------------------------------------

@@ -36,7 +36,13 @@ from django_jobs.api.serializers import (
     UnavailableSerializer,
 )
 from django_jobs.conf import get_settings
-from django_jobs.exceptions import BrokerUnavailable, JobsDisabled, TaskRunning, UnknownQueue
+from django_jobs.exceptions import (
+    BrokerUnavailable,
+    JobsDisabled,
+    TaskRunning,
+    UnknownQueue,
+    UnknownSchedule,
+)
 from django_jobs.inspector import (
     RETRY_RULE,
     Inspector,
@@ -120,7 +126,7 @@ class JobsAPIView(APIView):
             )
         elif isinstance(exc, BrokerUnavailable):
             exc = Unavailable({"detail": str(exc), "code": "broker_unavailable"})
-        elif isinstance(exc, UnknownQueue):
+        elif isinstance(exc, UnknownQueue | UnknownSchedule):
             exc = NotFound(str(exc))
         return super().handle_exception(exc)
 

@@ -7,7 +7,8 @@ requires the API to agree. An allowed call must answer its success code and have
 Redis; a denied one must answer 401/403 with only `detail`, and leave every key of the namespace
 as it was.
 
-The admin acts on queue "low" and the API on queue "default", so that both can act in one cell.
+The admin acts on queue "low" and the API on queue "default", so that both can act in one cell;
+likewise on the schedules "low-sync" and "default-sync" (SCHEDULES).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import State
 from django_jobs.testing import run_burst
 from tests.conftest import RedisNamespace
-from tests.integration.test_api import BASE, EVERY_PERMISSION, Fails, Note
+from tests.integration.test_api import BASE, EVERY_PERMISSION, Fails, Noop, Note
 from tests.redis_state import snapshot
 
 # -- users ----------------------------------------------------------------------------------
@@ -104,6 +105,22 @@ class Seeded:
         return self.api_task if queue == "default" else self.admin_task
 
 
+def schedule_of(queue: str) -> str:
+    """The schedule each side acts on: one per queue, enqueueing on it."""
+    return f"{queue}-sync"
+
+
+SCHEDULES = {
+    schedule_of(queue): {"job": Noop.name, "every": 60, "payload": {"text": queue}, "queue": queue}
+    for queue in ("default", "low")
+}
+
+
+@pytest.fixture(autouse=True)
+def schedules(settings: Any, redis_ns: RedisNamespace) -> None:
+    settings.JOBS = {**settings.JOBS, "SCHEDULE": SCHEDULES}
+
+
 def seed(paused: bool) -> Seeded:
     seeded = Seeded(
         api_task=Fails.enqueue(Note("api"), queue="default").id,
@@ -117,6 +134,7 @@ def seed(paused: bool) -> Seeded:
         assert info.state == State.DEAD
         if paused:
             inspector.pause(queue)
+            inspector.pause_schedule(schedule_of(queue))
     return seeded
 
 
@@ -167,6 +185,19 @@ def dead_retried(insp: Inspector, queue: str, task_id: str) -> bool:
     return bool(info.dead == 0 and state_of(insp, queue, task_id) == State.PENDING)
 
 
+def schedule_ran(insp: Inspector, queue: str, task_id: str) -> bool:
+    info = insp.schedule(schedule_of(queue))
+    return info.last_task_id is not None and state_of(insp, queue, info.last_task_id) == "pending"
+
+
+def schedule_paused(insp: Inspector, queue: str, task_id: str) -> bool:
+    return insp.schedule(schedule_of(queue)).paused
+
+
+def schedule_resumed(insp: Inspector, queue: str, task_id: str) -> bool:
+    return not insp.schedule(schedule_of(queue)).paused
+
+
 # -- the admin's equivalents ----------------------------------------------------------------
 
 #: An admin request: (method, url, POST data), given the queue and the task to act on.
@@ -191,6 +222,14 @@ def admin_task(action: str, method: str = "post") -> AdminCall:
 def admin_queue(action: str) -> AdminCall:
     def call(queue: str, task_id: str) -> tuple[str, str, dict[str, str]]:
         return "post", reverse(f"admin:django_jobs_queue_{action}", args=[queue]), {}
+
+    return call
+
+
+def admin_schedule(action: str, method: str = "post") -> AdminCall:
+    def call(queue: str, task_id: str) -> tuple[str, str, dict[str, str]]:
+        url = reverse(f"admin:django_jobs_schedule_{action}", args=[schedule_of(queue)])
+        return method, url, {}
 
     return call
 
@@ -233,6 +272,7 @@ class Endpoint:
 
     def url(self, seeded: Seeded) -> str:
         path = self.route.replace("<str:task_id>", seeded.api_task)
+        path = path.replace("<str:name>", schedule_of("default"))
         return BASE + path.replace("<str:queue>", "default") + self.query
 
 
@@ -245,6 +285,11 @@ PAUSE = "/queues/<str:queue>/pause"
 RESUME = "/queues/<str:queue>/resume"
 DEAD = "/queues/<str:queue>/dead"
 DEAD_RETRY = "/queues/<str:queue>/dead/retry"
+SCHEDULE_LIST = "/schedules"
+SCHEDULE = "/schedules/<str:name>"
+SCHEDULE_RUN = "/schedules/<str:name>/run"
+SCHEDULE_PAUSE = "/schedules/<str:name>/pause"
+SCHEDULE_RESUME = "/schedules/<str:name>/resume"
 
 #: The reads, each with the admin pages showing the same things.
 READS = {
@@ -252,10 +297,27 @@ READS = {
     FAILED: ((admin_page("task_changelist", "?queue=default&state=dead"),), ""),
     TASKS: ((admin_page("task_changelist", "?queue=default&state=pending"),), "?state=pending"),
     TASK: ((admin_task("change", "get"),), ""),
+    SCHEDULE_LIST: ((admin_page("schedule_changelist"),), ""),
+    SCHEDULE: ((admin_schedule("change", "get"),), ""),
 }
 #: Reads whose answer holds the seeded dead task.
 SHOWN = {("get", FAILED), ("get", TASK)}
-ROUTES = [OVERVIEW, FAILED, TASKS, TASK, RETRY, PAUSE, RESUME, DEAD, DEAD_RETRY]
+ROUTES = [
+    OVERVIEW,
+    FAILED,
+    TASKS,
+    TASK,
+    RETRY,
+    PAUSE,
+    RESUME,
+    DEAD,
+    DEAD_RETRY,
+    SCHEDULE_LIST,
+    SCHEDULE,
+    SCHEDULE_RUN,
+    SCHEDULE_PAUSE,
+    SCHEDULE_RESUME,
+]
 
 ENDPOINTS = [
     *(
@@ -271,6 +333,16 @@ ENDPOINTS = [
     Endpoint("post", RESUME, 200, (admin_queue("resume"),), queue_resumed, paused=True),
     Endpoint("post", DEAD_RETRY, 200, (admin_queue("retry_all_dead"),), dead_retried),
     Endpoint("delete", DEAD, 200, (admin_queue("delete_all_dead"),), dead_deleted),
+    Endpoint("post", SCHEDULE_RUN, 200, (admin_schedule("run"),), schedule_ran),
+    Endpoint("post", SCHEDULE_PAUSE, 200, (admin_schedule("pause"),), schedule_paused),
+    Endpoint(
+        "post",
+        SCHEDULE_RESUME,
+        200,
+        (admin_schedule("resume"),),
+        schedule_resumed,
+        paused=True,
+    ),
 ]
 
 

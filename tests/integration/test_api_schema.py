@@ -52,7 +52,14 @@ OPERATIONS = [
     ("POST", "/api/v1/admin/jobs/queues/{queue}/resume"),
     ("POST", "/api/v1/admin/jobs/queues/{queue}/dead/retry"),
     ("DELETE", "/api/v1/admin/jobs/queues/{queue}/dead"),
+    ("GET", "/api/v1/admin/jobs/schedules"),
+    ("GET", "/api/v1/admin/jobs/schedules/{name}"),
+    ("POST", "/api/v1/admin/jobs/schedules/{name}/run"),
+    ("POST", "/api/v1/admin/jobs/schedules/{name}/pause"),
+    ("POST", "/api/v1/admin/jobs/schedules/{name}/resume"),
 ]
+#: A schedule for the generated requests to find.
+SCHEDULE = {"sync": {"job": Noop.name, "every": 30, "payload": {"text": "scheduled"}}}
 MAX_EXAMPLES = 50
 CHECKS = [
     not_a_server_error,
@@ -96,6 +103,9 @@ def test_schema__describes_every_operation(db: None) -> None:
         "cursor",
         "order",
     }
+    schedule = paths["/api/v1/admin/jobs/schedules/{name}"]["get"]
+    assert set(schedule["responses"]) == {"200", "401", "403", "404", "503"}
+    assert set(paths["/api/v1/admin/jobs/schedules"]["get"]["responses"]) >= {"200", "403"}
 
 
 @pytest.fixture(autouse=True)
@@ -123,8 +133,10 @@ def token(db: None) -> str:
 
 
 @pytest.fixture
-def seeded(redis_ns: RedisNamespace) -> dict[str, str]:
-    """A task in every state, and a few more pending ones (state -> id of one of each)."""
+def seeded(redis_ns: RedisNamespace, settings: Any) -> dict[str, str]:
+    """A task in every state, and a few more pending ones (state -> id of one of each); a
+    schedule named "sync"."""
+    settings.JOBS = {**settings.JOBS, "SCHEDULE": SCHEDULE}
     for n in range(3):
         Noop.enqueue(Note(f"more {n}"), queue="low")
     return seed_every_state()
@@ -180,6 +192,10 @@ def test_schema__generated_requests_get_no_500_and_conforming_answers(
             operation.as_strategy(generation_mode=mode, path_parameters={"task_id": task_id})
             for task_id in seeded.values()
         ]
+    if mode == GenerationMode.POSITIVE and "{name}" in path:
+        strategies.append(
+            operation.as_strategy(generation_mode=mode, path_parameters={"name": "sync"})
+        )
     if mode == GenerationMode.POSITIVE and "{queue}" in path:
         strategies += [
             operation.as_strategy(generation_mode=mode, path_parameters={"queue": queue})
