@@ -27,7 +27,7 @@ from django_jobs.broker.info import ScheduleState
 from django_jobs.broker.protocol import Broker
 from django_jobs.conf import JobsSettings
 from django_jobs.keys import State
-from django_jobs.schedules import CATCH_UP_LIMIT, Schedule, get_schedules
+from django_jobs.schedules import CATCH_UP_LIMIT, Schedule, check_schedules, get_schedules
 from django_jobs.schedules.firing import ScheduleActions
 from django_jobs.worker.loop import Component
 
@@ -47,8 +47,9 @@ def _when(at: float) -> str:
 
 
 def schedules_off(settings: JobsSettings) -> None:
-    """With jobs disabled (REDIS_URL unset), say once that no schedule fires."""
-    count = len(settings.schedule)
+    """With jobs disabled (REDIS_URL unset), say in one line that no schedule fires (nothing
+    connects: the schedules are only counted)."""
+    count = len(check_schedules(settings.queues)[0])
     logger.info(
         "Schedules are off: jobs are disabled (REDIS_URL is unset), so none of the %d "
         "configured schedule(s) fires.",

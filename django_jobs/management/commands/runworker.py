@@ -15,6 +15,7 @@ from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.worker import reloader
 from django_jobs.worker.banner import banner, redis_warnings
 from django_jobs.worker.child import WAIT
+from django_jobs.worker.scheduler import schedules_off
 from django_jobs.worker.supervisor import Supervisor
 
 
@@ -38,6 +39,8 @@ class Command(BaseCommand):
                 "set REDIS_URL in the environment (for example REDIS_URL=redis://127.0.0.1:6379/0) "
                 "and start the worker again."
             )
+            _log_to_stderr()
+            schedules_off(settings)
             return
         queues = options["queues"].split(",") if options["queues"] else list(settings.queues)
         unknown = [q for q in queues if q not in settings.queues]
