@@ -56,7 +56,7 @@ class ScheduleAdmin(JobsAdmin):
         def build(insp: Inspector) -> dict[str, Any]:
             return {
                 "schedules": [
-                    (info, schedule_url(info.name), last_task_url(info))
+                    (info, info.job.split("."), schedule_url(info.name), last_task_url(info))
                     for info in insp.schedules()
                 ]
             }

@@ -3,6 +3,11 @@
 An operator logs in, finds the dead task and its error, retries it and sees it leave the dead
 list. Screenshots of the queues page (light and dark), the dead list and the task page are saved
 in the test's tmp_path.
+
+On the Schedules page an operator runs a schedule now, follows its last fire to the task, pauses
+it and reads a schedule's fire history; the page is read again on a 420 px screen. With
+JOBS_SCREENSHOTS_DIR=docs/_static the Schedules page's screenshot (docs/admin.rst shows it) is
+saved there too.
 """
 
 from __future__ import annotations
@@ -153,5 +158,104 @@ def test_admin_browser__find_a_dead_task_and_retry_it(
     shots.append(screenshot(dark_page, tmp_path / "queues-dark.png"))
     dark.close()
     context.close()
+
+    print("\nscreenshots:", *shots, sep="\n  ")
+
+
+@dataclass
+class Digest:
+    team: str = "ops"
+
+
+class SendDigest(Job[Digest]):
+    name = "reports.SendDigest"
+
+    def run(self, payload: Digest) -> None:
+        pass
+
+
+#: Set to a directory to keep the schedules page's screenshot there too (docs/_static does).
+SHOTS_DIR = "JOBS_SCREENSHOTS_DIR"
+
+
+def test_admin_browser__schedules_page_run_now_pause_and_narrow_screen(
+    browser: Browser,
+    live_server: Any,
+    redis_ns: RedisNamespace,
+    operator: User,
+    settings: Any,
+    tmp_path: Path,
+) -> None:
+    # Given two schedules, one of which has fired once (an operator's run now).
+    settings.JOBS = {
+        **settings.JOBS,
+        "SCHEDULE": {
+            "hourly-digest": {"job": SendDigest.name, "cron": "0 * * * *", "queue": "low"},
+            "nightly-cleanup": {
+                "job": SendDigest.name,
+                "cron": "30 2 * * *",
+                "timezone": "Europe/Paris",
+                "payload": {"team": "cleanup"},
+            },
+            "sync-crm": {"job": SendDigest.name, "every": 30},
+        },
+    }
+    first = get_inspector().run_schedule_now("nightly-cleanup")
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    log_in(page, live_server.url, operator)
+
+    # The Jobs section leads to the schedules, each with its job, time zone and next fire.
+    page.get_by_role("link", name="Schedules").first.click()
+    expect(page.locator("#content h1")).to_have_text("Schedules")
+    nightly = page.locator("tr.jobs-schedule-nightly-cleanup")
+    expect(nightly.locator("td.field-timezone")).to_have_text("Europe/Paris")
+    expect(nightly.locator("td.field-expression")).to_contain_text("30 2 * * *")
+    expect(page.locator("tr.jobs-schedule-sync-crm td.field-expression")).to_contain_text(
+        "every 30 seconds"
+    )
+    expect(page.locator("tr.jobs-schedule-sync-crm td.field-last-fire")).to_have_text("never")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    shots = [screenshot(page, tmp_path / "schedules.png")]
+    if os.environ.get(SHOTS_DIR):
+        shots.append(screenshot(page, Path(os.environ[SHOTS_DIR]) / "schedules.png"))
+
+    # Run now: a task is enqueued, and the last fire links to it.
+    sync = page.locator("tr.jobs-schedule-sync-crm")
+    sync.get_by_role("button", name="Run now").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("Schedule sync-crm enqueued task")
+    info = get_inspector().schedule("sync-crm")
+    assert info.last_task_id is not None
+    sync.locator("td.field-last-fire a").click()
+    expect(page.locator("#content h1")).to_have_text(f"Task {info.last_task_id}")
+    page.go_back()
+
+    # Pause it: the row says so, and offers Resume.
+    page.locator("tr.jobs-schedule-sync-crm").get_by_role("button", name="Pause").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("Schedule sync-crm is paused")
+    expect(page.locator("tr.jobs-schedule-sync-crm td.field-status")).to_contain_text("Paused")
+    expect(page.locator("tr.jobs-schedule-sync-crm td.field-next-fire")).to_have_text("paused")
+    assert get_inspector().schedule("sync-crm").paused
+
+    # The schedule's own page lists its fires, each linking to its task.
+    page.locator("tr.jobs-schedule-nightly-cleanup th.field-name a").click()
+    expect(page.locator("#content h1")).to_have_text("Schedule nightly-cleanup")
+    expect(page.locator("table.jobs-fires td.field-id")).to_have_text([first])
+    shots.append(screenshot(page, tmp_path / "schedule.png"))
+    context.close()
+
+    # On a 420 px screen every row is readable without scrolling sideways.
+    narrow = browser.new_context(viewport={"width": 420, "height": 800})
+    small = narrow.new_page()
+    log_in(small, live_server.url, operator)
+    small.goto(f"{live_server.url}/admin/django_jobs/schedule/")
+    expect(small.locator("tr.jobs-schedule-nightly-cleanup td.field-timezone")).to_be_visible()
+    width = small.evaluate("document.documentElement.scrollWidth")
+    assert width <= 420, width
+    box = small.locator("tr.jobs-schedule-nightly-cleanup").bounding_box()
+    assert box is not None
+    assert box["width"] <= 420, box
+    shots.append(screenshot(small, tmp_path / "schedules-420.png"))
+    narrow.close()
 
     print("\nscreenshots:", *shots, sep="\n  ")

@@ -62,7 +62,7 @@ def viewer() -> Client:
 
 def row(response: Any, name: str) -> str:
     """The text of a schedule's row on the Schedules page."""
-    body = response.content.decode()
+    body = response.content.decode().replace("<wbr>", "")
     found = re.search(rf'<tr class="jobs-schedule-{name}">(.*?)</tr>', body, re.S)
     assert found is not None, body
     return " ".join(re.sub(r"<[^>]+>", " ", found[1]).split())
