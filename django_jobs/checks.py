@@ -37,6 +37,7 @@ from django.core.checks import CheckMessage, Info, Tags, Warning, register
 from django.db import connections
 
 from django_jobs.conf import (
+    get_settings,
     is_valid_count,
     is_valid_duration,
     raw_settings,
@@ -112,9 +113,9 @@ def check_disabled(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """Note (Info) that jobs are disabled, what enqueue does meanwhile, and how to enable them."""
-    if settings_errors() or raw_settings()["REDIS_URL"] is not None:
+    if settings_errors() or get_settings().enabled:
         return []
-    mode = raw_settings()["WHEN_DISABLED"]
+    mode = get_settings().when_disabled
     return [
         Info(
             f"Jobs are disabled: JOBS['REDIS_URL'] is not set, so no worker runs, schedules "

@@ -14,9 +14,10 @@ def jobs_messages(jobs: Any) -> list[CheckMessage]:
         return [m for m in run_checks(tags=["django_jobs"]) if m.id == "django_jobs.I001"]
 
 
+@pytest.mark.parametrize("url", [None, ""])
 @pytest.mark.parametrize("mode", ["inline", "skip", "raise"])
-def test_check_disabled__notes_the_mode_and_how_to_enable_jobs(mode: str) -> None:
-    (message,) = jobs_messages({"REDIS_URL": None, "WHEN_DISABLED": mode})
+def test_check_disabled__notes_the_mode_and_how_to_enable_jobs(mode: str, url: str | None) -> None:
+    (message,) = jobs_messages({"REDIS_URL": url, "WHEN_DISABLED": mode})
 
     assert message.level == INFO
     assert "Jobs are disabled" in message.msg
