@@ -53,6 +53,9 @@ ran: list[str] = []
 
 
 class Record(Job[Note]):
+    #: JOBS_EXTRA's schedule (set by the test) names it.
+    name = "probe.Record"
+
     def run(self, payload: Note) -> None:
         ran.append(payload.text)
 

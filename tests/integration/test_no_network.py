@@ -40,6 +40,10 @@ socket.getaddrinfo = lambda host, port, *a, **k: _refuse("getaddrinfo", (host, p
 """
 
 
+#: A schedule in the settings: with jobs disabled it does not fire, and one log line says so.
+SCHEDULE = {"SCHEDULE": {"tick": {"job": "probe.Record", "every": 60, "payload": {"text": "t"}}}}
+
+
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[Any]]:
     """The probe's report and the connection attempts recorded while it ran."""
@@ -52,6 +56,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], lis
         DATABASE_URL="sqlite:///:memory:",
         NO_NETWORK_LOG=str(log),
         DJANGO_SETTINGS_MODULE="testproject.settings",
+        JOBS_EXTRA=json.dumps(SCHEDULE),
     )
     result = subprocess.run(
         [sys.executable, "-m", "tests.integration.no_network_probe"],
@@ -146,6 +151,10 @@ def test_no_network__runworker_explains_and_exits_0(
     assert report["runworker_exit"] == 0
     assert "Jobs are disabled" in report["runworker"]
     assert "REDIS_URL=redis://" in report["runworker"]
+    off = [line for line in report["logs"] if "Schedules are off" in line[2]]
+    assert len(off) == 1, report["logs"]
+    assert "none of the 1 configured schedule(s) fires" in off[0][2]
+    assert "t" not in report["enqueue"]["inline"]["ran"]  # the schedule's payload
 
 
 def test_no_network__cache_is_local_memory(probe: tuple[dict[str, Any], list[Any]]) -> None:
