@@ -32,6 +32,11 @@ def _float(value: bytes | None) -> float | None:
         return None  # written by hand: read as absent
 
 
+def _glob(text: str) -> str:
+    """text as a literal in a SCAN MATCH pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
+
+
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode(errors="replace")
 
@@ -64,7 +69,9 @@ class ScheduleCalls(InspectCalls):
         keys, args = self._enqueue_call(request)
         ns = self.settings.namespace
         keys += [schedule(ns, name), schedule_fires(ns, name)]
-        args += ["" if fire_time is None else repr(fire_time), request.queue, history]
+        key = request.idempotency_key
+        prefix = key[: key.rfind(f":schedule:{name}:") + len(f":schedule:{name}:")]
+        args += ["" if fire_time is None else repr(fire_time), request.queue, history, prefix]
         status, value = (str(part) for part in self._run("fire", keys, args, NOTHING_ENQUEUED))
         if status in ("late", "paused"):
             return None
@@ -127,13 +134,19 @@ class ScheduleCalls(InspectCalls):
             self.client.hdel(schedule(self.settings.namespace, name), "paused")
 
     def forget_schedules(self, keep: Sequence[str]) -> list[str]:
-        """Delete the state of the schedules Redis holds that are not in keep; register keep."""
+        """Delete the state of the schedules Redis holds that are not in keep (their hash,
+        history and fire times' idempotency keys, found by a SCAN, only when there are such
+        schedules); register keep."""
         ns = self.settings.namespace
         with self.unavailable():
             known = {str(m) for m in self.client.smembers(schedules(ns))}
             gone = sorted(known - set(keep))
             pipe = self.client.pipeline(transaction=True)
             for name in gone:
+                prefix = self.client.hget(schedule(ns, name), "fire_keys")
+                if isinstance(prefix, str) and prefix:
+                    for key in self.client.scan_iter(match=_glob(prefix) + "*", count=1000):
+                        pipe.delete(key)
                 pipe.delete(schedule(ns, name), schedule_fires(ns, name))
                 pipe.srem(schedules(ns), name)
             if keep:

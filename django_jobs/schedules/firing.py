@@ -18,7 +18,7 @@ from django_jobs.client import Options, resolve
 from django_jobs.exceptions import PayloadTooLarge, UnknownSchedule
 from django_jobs.jobs import registry
 from django_jobs.message import Message, encode
-from django_jobs.schedules.declare import CATCH_UP_LIMIT, Schedule
+from django_jobs.schedules.declare import Schedule
 from django_jobs.schedules.registry import get_schedules
 
 #: Fires kept per schedule in its history (newest first).
@@ -33,9 +33,10 @@ def fire_key(name: str, fire_time: float) -> str:
 
 
 def window(schedule: Schedule) -> float:
-    """How long a fire time's key is kept: past every fire time a worker may still try (the
-    newest CATCH_UP_LIMIT, plus two periods), and never under MIN_WINDOW."""
-    return max(MIN_WINDOW, schedule.period * (CATCH_UP_LIMIT + 2))
+    """How long a fire time's key is kept: two periods, and never under MIN_WINDOW. A worker
+    that tries an older fire time (catch_up="all", or frozen mid-tick) is refused by the
+    schedule's last fire time, which only moves forward, in the same script."""
+    return max(MIN_WINDOW, 2 * schedule.period)
 
 
 def request(broker: Broker, schedule: Schedule, key: str, key_window: float) -> EnqueueRequest:

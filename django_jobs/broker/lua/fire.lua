@@ -6,12 +6,15 @@
 --
 -- KEYS[1..5]  enqueue's keys; KEYS[5], the fire's idempotency key, is required
 -- KEYS[6]     <ns>:schedule:<name>         hash: last_fire, last_fired_at, last_task_id,
---                                          last_task_queue, paused
+--                                          last_task_queue, paused, and fire_keys (the
+--                                          prefix of its fire times' idempotency keys, so
+--                                          a removed schedule's can be found and deleted)
 -- KEYS[7]     <ns>:schedule:<name>:fires   list of fires (JSON), newest first
 -- ARGV[1..5]  enqueue's arguments
 -- ARGV[6]     the fire time (epoch seconds), or "" for an operator's "run now"
 -- ARGV[7]     the task's queue (for the record)
 -- ARGV[8]     how many fires KEYS[7] keeps
+-- ARGV[9]     the prefix of the schedule's idempotency keys (<ns>:{<q>}:idem:<job>:schedule:<name>:)
 -- Returns     {"late", last_fire}  the schedule's last fire is at or past ARGV[6] (another
 --                                  worker fired or skipped it): nothing changed
 --             {"paused", ""}       the schedule is paused (a fire time only): nothing changed
@@ -39,7 +42,7 @@ end
 if reply[1] == 'ok' then
   local now = clock()
   redis.call('HSET', KEYS[6], 'last_fired_at', tostring(now), 'last_task_id', ARGV[1],
-    'last_task_queue', ARGV[7])
+    'last_task_queue', ARGV[7], 'fire_keys', ARGV[9])
   if fire ~= '' then
     redis.call('HSET', KEYS[6], 'last_fire', fire)
   end
