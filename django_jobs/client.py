@@ -11,7 +11,6 @@ it commits; see `CommitBatch`.
 from __future__ import annotations
 
 import logging
-import typing
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
@@ -95,11 +94,7 @@ class JobHandle:
 
     def refresh(self) -> str | None:
         """Read the task's current state from Redis (None once it is gone)."""
-        broker = get_broker()
-        with broker.unavailable(writes=False):
-            state = typing.cast(
-                "str | None", broker.client.hget(broker.keys(self.queue).task(self.id), "state")
-            )
+        state = get_broker().task_state(self.queue, self.id)
         if state is not None:
             self.state = state
         return state
