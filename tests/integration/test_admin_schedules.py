@@ -16,7 +16,7 @@ from django.urls import reverse
 
 from django_jobs import Job
 from django_jobs.inspector import Inspector, get_inspector
-from tests.conftest import RedisNamespace
+from tests.conftest import RedisNamespace, free_port
 from tests.integration.test_admin import login, make_user, notes, text
 
 pytestmark = pytest.mark.django_db
@@ -209,3 +209,19 @@ def test_schedules_page__disabled_says_so(staff: Client, settings: Any) -> None:
         assert "jobs are disabled (REDIS_URL is not set)" in text(response)
     response = staff.post(schedule_url("sync", "run"))
     assert any("jobs are disabled" in note for note in notes(response))
+
+
+def test_schedules_page__unreachable_redis_says_so(staff: Client, settings: Any) -> None:
+    settings.JOBS = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "ENQUEUE_TIMEOUT": 1,
+        "SCHEDULE": {"sync": {"job": SyncAccounts.name, "every": 30}},
+    }
+
+    for url in (SCHEDULES, schedule_url("sync")):
+        response = staff.get(url)
+        assert response.status_code == 503
+        assert "Redis is unreachable" in text(response)
+    response = staff.post(schedule_url("sync", "pause"))
+    assert response.status_code == 302
+    assert any("Redis is unreachable" in note for note in notes(response))

@@ -10,7 +10,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from django_jobs.inspector import Inspector, get_inspector
-from tests.conftest import RedisNamespace
+from tests.conftest import RedisNamespace, free_port
 from tests.integration.test_api import BASE, Noop, make_user
 
 SCHEDULES = f"{BASE}/schedules"
@@ -178,3 +178,19 @@ def test_schedule__disabled_is_503(api: APIClient, settings: Any, method: str, p
         "detail": "Jobs are disabled: JOBS['REDIS_URL'] is not set.",
         "code": "jobs_disabled",
     }
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+def test_schedule__unreachable_redis_is_503(
+    api: APIClient, settings: Any, method: str, path: str
+) -> None:
+    settings.JOBS = {
+        "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+        "ENQUEUE_TIMEOUT": 1,
+        "SCHEDULE": {"sync": {"job": Noop.name, "every": 30, "payload": {"text": "s"}}},
+    }
+
+    response = getattr(api, method)(BASE + path)
+
+    assert response.status_code == 503
+    assert response.json()["code"] == "broker_unavailable"
