@@ -3,7 +3,8 @@ and resume; and a page per schedule with its fire history (the last fires, newes
 
 The schedules come from the settings (JOBS["SCHEDULE"] and the job classes' `schedule`), their
 state (last fire, paused) from Redis, both through the Inspector. A name that is not configured
-(any more) answers 404.
+(any more) answers 404. A bad entry (the system checks E020-E027 name it) makes each page and
+action say what is wrong instead of failing.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest, HttpResponse
 
 from django_jobs.admin.pages import JobsAdmin, Notice, url
@@ -23,6 +25,11 @@ from django_jobs.schedules.firing import HISTORY
 
 def unknown(exc: UnknownSchedule) -> Http404:
     return Http404(str(exc))
+
+
+def misconfigured(exc: ImproperlyConfigured) -> str:
+    """What a page says when JOBS["SCHEDULE"] (or a job class's schedule) has a bad entry."""
+    return f"The schedules are misconfigured: {exc}. Run manage.py check to see every problem."
 
 
 def schedule_url(name: str) -> str:
@@ -54,10 +61,14 @@ class ScheduleAdmin(JobsAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         def build(insp: Inspector) -> dict[str, Any]:
+            try:
+                schedules = insp.schedules()
+            except ImproperlyConfigured as exc:
+                return {"problem": misconfigured(exc)}
             return {
                 "schedules": [
                     (info, info.job.split("."), schedule_url(info.name), last_task_url(info))
-                    for info in insp.schedules()
+                    for info in schedules
                 ]
             }
 
@@ -70,6 +81,8 @@ class ScheduleAdmin(JobsAdmin):
                 fires = insp.fire_history(name)
             except UnknownSchedule as exc:
                 raise unknown(exc) from None
+            except ImproperlyConfigured as exc:
+                return {"problem": misconfigured(exc)}
             return {
                 "schedule": info,
                 "last_task_url": last_task_url(info),
@@ -89,6 +102,8 @@ class ScheduleAdmin(JobsAdmin):
                 return change(insp)
             except UnknownSchedule as exc:
                 raise unknown(exc) from None
+            except ImproperlyConfigured as exc:
+                return messages.ERROR, misconfigured(exc)
 
         back = url("schedule_change", name) if request.GET.get("back") == "schedule" else ""
         return self.act(

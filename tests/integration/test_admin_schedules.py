@@ -225,3 +225,20 @@ def test_schedules_page__unreachable_redis_says_so(staff: Client, settings: Any)
     response = staff.post(schedule_url("sync", "pause"))
     assert response.status_code == 302
     assert any("Redis is unreachable" in note for note in notes(response))
+
+
+def test_schedules_page__a_bad_entry_is_said_not_a_500(
+    staff: Client, redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "SCHEDULE": {"broken": {"job": "no.SuchJob", "every": 30}}}
+
+    for url in (SCHEDULES, schedule_url("broken")):
+        response = staff.get(url)
+        assert response.status_code == 200
+        page = text(response)
+        assert "The schedules are misconfigured" in page
+        assert "unknown job 'no.SuchJob'" in page
+        assert "Run manage.py check" in page
+    response = staff.post(schedule_url("broken", "run"))
+    assert response.status_code == 302
+    assert any("The schedules are misconfigured" in note for note in notes(response))
