@@ -22,9 +22,7 @@ import random
 import time
 from collections.abc import Callable, Sequence
 
-import redis
-
-from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
 
 Clock = Callable[[], float]
 
@@ -35,10 +33,10 @@ JITTER = 0.2
 
 
 def unreachable(exc: BaseException) -> bool:
-    """Whether a broker error means Redis did not answer at all (rather than answered "no")."""
-    return isinstance(exc, BrokerUnavailable) and isinstance(
-        exc.__cause__, (redis.ConnectionError, redis.TimeoutError)
-    )
+    """Whether a broker error means Redis did not answer at all (rather than answered "no":
+    BrokerRefused). By class, not by the chained cause: the broker raises without one, as the
+    cause's frames hold the password (redis-py's AUTH arguments)."""
+    return isinstance(exc, BrokerUnavailable) and not isinstance(exc, BrokerRefused)
 
 
 class Backoff:

@@ -85,6 +85,8 @@ class Supervisor:
         self.table = SlotTable(concurrency)
         self.children: list[ChildProcess] = []
         self.exit_code = 0
+        #: Whether the background loops have had their first round (the "ready" line).
+        self.ready = False
         self.signals = 0
         #: Stop requests not yet acted on: (what, whether a repeat stops at once). Appended by
         #: signal handlers and other threads, taken by the loop.
@@ -203,6 +205,12 @@ class Supervisor:
         self._interrupt_stale_runs()
         self._enforce_timeouts()
         until_next_tick = self.ticker.run_due()
+        if not self.ready:
+            self.ready = True
+            logger.info(
+                "worker %s ready: %d children fetching, background loops running",
+                self.worker_id, self.concurrency,
+            )  # fmt: skip
         if self.ticker.gave_up and self.stop_deadline is None:
             logger.error(
                 "worker %s stopping now (exit code %d): %s; the leases of its running tasks "

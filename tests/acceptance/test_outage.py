@@ -34,7 +34,7 @@ def test_runworker__redis_outage_logs_a_bounded_number_of_lines_then_work_resume
     # (a lease longer than the outage: past the lease, the worker stops, as the next test shows)
     worker.start("--concurrency", str(CHILDREN), LEASE=3 * OUTAGE)
     client = private_redis.client()
-    wait_until(lambda: client.zcard(f"{redis_ns.namespace}:workers"), timeout=20)
+    wait_until(lambda: " ready: " in worker.output(), timeout=20, why=worker.output)
     wait_until(lambda: sum("b" in c["flags"] for c in client.client_list()) == CHILDREN)
     before = len(worker.output().splitlines())
 
@@ -104,8 +104,8 @@ def test_runworker__redis_paused_while_a_timed_out_child_is_reaped_keeps_the_wor
     on_private = RedisNamespace(private_redis.url, redis_ns.namespace, client)
     slow = {"HEARTBEAT_INTERVAL": 30, "RECOVERER_INTERVAL": 30, "FORWARDER_INTERVAL": PAUSE + 7}
     worker.start("--concurrency", "1", LEASE=90, ENQUEUE_TIMEOUT=1, **slow)
-    # (the loops' first ticks are done once the heartbeat, the first, has registered it)
-    wait_until(lambda: client.zcard(f"{redis_ns.namespace}:workers"), timeout=20)
+    # (the loops' first ticks are done once the worker says it is ready)
+    wait_until(lambda: " ready: " in worker.output(), timeout=20, why=worker.output)
     HoldGilOnce.enqueue(Work("stuck"), timeout=4)
     wait_until(lambda: client.llen(probe(redis_ns, "runs")) == 1, timeout=20, why=worker.output)
 

@@ -15,7 +15,6 @@ from django.core.mail import send_mail
 from tests.conftest import RedisNamespace
 from tests.integration.test_mail import pending, queued  # noqa: F401 (a fixture)
 
-
 # Django 6.1 deprecates auth_user/auth_password and get_connection() (MAILERS' OPTIONS replace
 # them); projects on 5.2 and 6.0 still call them, and the refusal must hold on each.
 DEPRECATED = "ignore:.*deprecated"

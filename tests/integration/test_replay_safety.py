@@ -104,9 +104,7 @@ def test_settle__a_fetch_whose_reply_was_lost_is_not_sent_again(
     # One task went to active with the fetch that ran; the other is still pending, not moved
     # by a replay and handed out while the first waits for its lease.
     assert active(redis_ns) == [b"a" * 32]
-    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [
-        b"b" * 32
-    ]
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"b" * 32]
 
 
 def test_dequeue__a_reply_lost_is_not_replayed_by_the_client(
@@ -141,6 +139,4 @@ def test_settle__a_refused_outcome_hands_back_what_its_fetch_took(
     assert active(redis_ns) == [b"a" * 32]
     record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'b' * 32}")
     assert record[b"state"] == b"pending"
-    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [
-        b"b" * 32
-    ]
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"b" * 32]

@@ -38,7 +38,7 @@ def test_inspector_schedules__configured_with_next_fire_and_no_last(inspector: I
 
 
 def test_inspector_schedule__unknown_name(inspector: Inspector) -> None:
-    with pytest.raises(UnknownSchedule, match="'nope'.* are sync"):
+    with pytest.raises(UnknownSchedule, match=r"'nope'.* are sync"):
         inspector.schedule("nope")
     with pytest.raises(UnknownSchedule):
         inspector.run_schedule_now("nope")

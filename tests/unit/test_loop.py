@@ -3,7 +3,7 @@ import logging
 import pytest
 import redis
 
-from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
 from django_jobs.worker.loop import FIRST, JITTER, MOST, Backoff, Component, Ticker
 
 
@@ -108,7 +108,7 @@ def test_ticker__an_error_redis_answers_with_does_not_pause_the_others(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     clock = Clock()
-    refused = Counter(1, fail=BrokerUnavailable("WRONGTYPE for <ns>:workers"))
+    refused = Counter(1, fail=BrokerRefused("WRONGTYPE for <ns>:workers"))
     fine = Counter(1)
     ticker = Ticker([refused, fine], clock=clock)
 
