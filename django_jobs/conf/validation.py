@@ -137,31 +137,28 @@ def is_valid_count(value: Any, zero_ok: bool = False) -> bool:
     return value >= 0 if zero_ok else value > 0
 
 
+#: (check id, keys, validator, what it is, "use ..." with {least}, least if 0 is allowed, else).
+NUMBERS = (
+    (6, DURATIONS, is_valid_duration, "a duration",
+     "Use a number of seconds ({least}) or a timedelta", "zero or more", "more than zero"),
+    (7, COUNTS, is_valid_count, "a count", "Use a whole number, {least}", "0 or more", "1 or more"),
+)  # fmt: skip
+
+
 def _check_numbers(raw: dict[str, Any]) -> list[Error]:
     errors = []
-    for key in sorted(DURATIONS):
-        zero_ok = key in ZERO_ALLOWED
-        if not is_valid_duration(raw[key], zero_ok):
-            least = "zero or more" if zero_ok else "more than zero"
-            errors.append(
-                error(
-                    6,
-                    f"JOBS[{key!r}] is {raw[key]!r}, not a duration.",
-                    f"Use a number of seconds ({least}) or a timedelta; "
-                    f"the default is {DEFAULTS[key]}.",
+    for id_, keys, valid, kind, use, zero, positive in NUMBERS:
+        for key in sorted(keys):
+            zero_ok = key in ZERO_ALLOWED
+            if not valid(raw[key], zero_ok):
+                hint = use.format(least=zero if zero_ok else positive)
+                errors.append(
+                    error(
+                        id_,
+                        f"JOBS[{key!r}] is {raw[key]!r}, not {kind}.",
+                        f"{hint}; the default is {DEFAULTS[key]}.",
+                    )
                 )
-            )
-    for key in sorted(COUNTS):
-        zero_ok = key in ZERO_ALLOWED
-        if not is_valid_count(raw[key], zero_ok):
-            least = "0 or more" if zero_ok else "1 or more"
-            errors.append(
-                error(
-                    7,
-                    f"JOBS[{key!r}] is {raw[key]!r}, not a count.",
-                    f"Use a whole number, {least}; the default is {DEFAULTS[key]}.",
-                )
-            )
     return errors
 
 
