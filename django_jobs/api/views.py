@@ -11,6 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from django.core.exceptions import ImproperlyConfigured
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
@@ -92,7 +93,9 @@ COMMON: dict[int, Any] = {
         "Not signed in, not active staff, without the jobs permission the endpoint needs, "
         "refused by JOBS_API_PERMISSION_CLASSES, or no CSRF token.",
     ),
-    503: OpenApiResponse(UnavailableSerializer, "Jobs are disabled, or Redis did not answer."),
+    503: OpenApiResponse(
+        UnavailableSerializer, "Jobs are disabled or misconfigured, or Redis did not answer."
+    ),
 }
 BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR, "A malformed id or query parameter.")
 NOT_FOUND = OpenApiResponse(ErrorSerializer, "No such task (or queue).")
@@ -126,6 +129,9 @@ class JobsAPIView(APIView):
             )
         elif isinstance(exc, BrokerUnavailable):
             exc = Unavailable({"detail": str(exc), "code": "broker_unavailable"})
+        elif isinstance(exc, ImproperlyConfigured):  # a bad JOBS entry, such as a schedule
+            detail = f"The jobs configuration is broken: {exc} (`manage.py check` lists all)."
+            exc = Unavailable({"detail": detail, "code": "misconfigured"})
         elif isinstance(exc, UnknownQueue | UnknownSchedule):
             exc = NotFound(str(exc))
         return super().handle_exception(exc)

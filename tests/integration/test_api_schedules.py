@@ -194,3 +194,17 @@ def test_schedule__unreachable_redis_is_503(
 
     assert response.status_code == 503
     assert response.json()["code"] == "broker_unavailable"
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+def test_schedule__a_bad_entry_is_503_saying_what_is_wrong(
+    api: APIClient, redis_ns: RedisNamespace, settings: Any, method: str, path: str
+) -> None:
+    # A deploy that skipped `manage.py check` (gunicorn runs none): an answer, not a 500.
+    settings.JOBS = {**settings.JOBS, "SCHEDULE": {"sync": {"job": Noop.name, "every": -5}}}
+
+    response = getattr(api, method)(BASE + path)
+
+    assert response.status_code == 503
+    assert response.json()["code"] == "misconfigured"
+    assert "'sync'" in response.json()["detail"]
