@@ -11,6 +11,18 @@ nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 
 POSTGRES_URL = "postgres://postgres@127.0.0.1:5432/test"
+#: Acceptance tests of the worker process itself (kill, pause, outage, reload, schedules across
+#: workers). Their workers always use a SQLite file of their own, whatever the leg's database,
+#: so they run on the newest and the oldest Django only: the two middle legs would repeat them
+#: exactly, and they are most of a leg's time.
+WORKER_PROCESS_TESTS = [
+    "tests/acceptance/test_worker.py",
+    "tests/acceptance/test_outage.py",
+    "tests/acceptance/test_lease_lost.py",
+    "tests/acceptance/test_orphans.py",
+    "tests/acceptance/test_stale_runs.py",
+    "tests/acceptance/test_schedules_workers.py",
+]
 
 
 @nox.session(python="3.12")
@@ -51,12 +63,12 @@ def package(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize(
-    ("python", "django", "db"),
+    ("python", "django", "db", "worker_process"),
     [
-        ("3.12", "django>=6", "postgres"),
-        ("3.12", "django>=6", "sqlite"),
-        ("3.12", "django~=6.0.0", "sqlite"),
-        ("3.11", "django~=5.2.0", "sqlite"),
+        ("3.12", "django>=6", "postgres", True),
+        ("3.12", "django>=6", "sqlite", False),
+        ("3.12", "django~=6.0.0", "sqlite", False),
+        ("3.11", "django~=5.2.0", "sqlite", True),
     ],
     ids=[
         "py312-newest-postgres",
@@ -65,12 +77,13 @@ def package(session: nox.Session) -> None:
         "py311-django52-sqlite",
     ],
 )
-def tests(session: nox.Session, django: str, db: str) -> None:
+def tests(session: nox.Session, django: str, db: str, worker_process: bool) -> None:
     """The pytest suite against the real Redis and the chosen database."""
     session.install("-e", ".[dev]", django)
     env = {"DATABASE_URL": POSTGRES_URL if db == "postgres" else "sqlite:///:memory:"}
     session.run("python", "-c", "import django; print('Django', django.get_version())")
-    session.run("pytest", "-n", "2", *session.posargs, env=env)
+    leave_out = [] if worker_process else [f"--ignore={path}" for path in WORKER_PROCESS_TESTS]
+    session.run("pytest", "-n", "2", *leave_out, *session.posargs, env=env)
 
 
 @nox.session(python="3.12")
