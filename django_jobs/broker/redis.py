@@ -331,15 +331,16 @@ class RedisBroker(ScheduleCalls):
         keys = [k.scheduled, k.retry, k.pending, k.wake]
         return int(self._run("forward", keys, [k.task_prefix, limit]))
 
-    def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[str]:
-        """Renew the leases of (id, epoch) pairs; return the ids whose lease is lost."""
+    def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Renew the leases of (id, epoch) pairs; return the pairs whose lease is lost."""
         if not held:
             return []
         k = self.keys(queue)
         args: list[Any] = [k.task_prefix, self.settings.lease]
         for task_id, epoch in held:
             args += [task_id, epoch]
-        return list(self._run("extend_lease", [k.lease], args))
+        flat = self._run("extend_lease", [k.lease], args)
+        return list(zip(flat[::2], flat[1::2], strict=True))
 
     def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, Requeued]]:
         """Hand back tasks whose lease expired; return (id, new state) pairs."""

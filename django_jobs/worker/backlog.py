@@ -13,6 +13,7 @@ import logging
 
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
+from django_jobs.exceptions import BrokerRefused
 from django_jobs.worker.loop import Component
 from django_jobs.worker.policy import Decision
 from django_jobs.worker.processor import write_decision
@@ -34,7 +35,17 @@ class Backlog(Component):
         # Nothing kept: no Redis call at all.
         while self.items:
             delivery, decision, what = self.items[0]
-            state = write_decision(self.broker, delivery, decision)  # raises: kept for later
+            try:
+                state = write_decision(self.broker, delivery, decision)
+            except BrokerRefused as exc:
+                # Redis answered "no" (a key of ours with the wrong type): trying again will not
+                # help, and must not hold up the decisions behind it. Its lease brings it back.
+                self.items.pop(0)
+                self.logger.warning(
+                    "task %s: %s; what becomes of it was refused (%s): its lease expires and a "
+                    "recoverer puts it back", delivery.id, what, exc,
+                )  # fmt: skip
+                continue
             self.items.pop(0)
             self.logger.warning(
                 "task %s: %s; now %s (written once Redis answered)",

@@ -24,6 +24,7 @@ and logs one line when Redis answers again.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import resource
@@ -204,7 +205,9 @@ class Child:
                 attempt.number, attempt.max_attempts, attempt.backoff,
             )  # fmt: skip
             self.table.set(self.index, running)
-            self._wait_for_stale_run(delivery)
+            if self._wait_for_stale_run(delivery):
+                # Its timeout starts now, with its alarm, not while it waited.
+                self.table.set(self.index, dataclasses.replace(running, started=time.monotonic()))
         if signal.getsignal(signal.SIGALRM) is not self._alarm_handler:
             # A job replaced it and did not put it back: timeouts must still work.
             signal.signal(signal.SIGALRM, self._alarm_handler)
@@ -212,11 +215,15 @@ class Child:
         signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             yield
+            try:  # the body completed: from here a late alarm is ignored
+                self.armed = 0.0
+            except JobTimeout:
+                self.armed = 0.0  # the alarm rang as the body returned: it completed in time
         finally:
             self.armed = 0.0
             signal.setitimer(signal.ITIMER_REAL, 0)
 
-    def _wait_for_stale_run(self, delivery: Delivery) -> None:
+    def _wait_for_stale_run(self, delivery: Delivery) -> bool:
         """Start no run of a task that another child of this worker still runs.
 
         That other run is stale: this delivery's epoch is newer, so the task was recovered (its
@@ -225,10 +232,13 @@ class Child:
         grace); until its slot is free this run waits, its own lease renewed from the slot
         table. If this run's lease is lost meanwhile too, it never starts.
         """
+        waited = False
         while self.table.held_elsewhere(self.index, delivery.id):
             if self.table.is_lost(self.index, delivery.id, delivery.epoch):
                 raise LeaseLost(f"task {delivery.id} lost its lease before its run could start")
             time.sleep(STALE_POLL)
+            waited = True
+        return waited
 
     def _retiring(self) -> bool:
         limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child

@@ -48,8 +48,9 @@ class Heartbeat(Component):
         self.interval = broker.settings.heartbeat_interval
         #: Leases not renewed for a lease are lost: the worker cannot go on past that.
         self.give_up_after: float | None = broker.settings.lease
-        #: Ids whose lease was found lost: their outcome will not be written by this worker.
-        self.lost: set[str] = set()
+        #: Runs (id, epoch) whose lease was found lost: their outcome will not be written here.
+        #: By epoch, not id: a stale and a new run of one task may both be here at once.
+        self.lost: set[tuple[str, str]] = set()
         #: When leases were last renewed, all of them (by clock).
         self.renewed_at = clock()
 
@@ -90,10 +91,11 @@ class Heartbeat(Component):
                 first = first or exc
                 continue
             for delivery in held:
-                if delivery.id in lost and delivery.id not in self.lost:
-                    self.lost.add(delivery.id)
+                run = (delivery.id, delivery.epoch)
+                if run in lost and run not in self.lost:
+                    self.lost.add(run)
                     self._lost(delivery, self.clock() - self.renewed_at)
-        self.lost &= {d.id for d in deliveries}
+        self.lost &= {(d.id, d.epoch) for d in deliveries}
         if first is not None:
             raise first
         self.renewed_at = self.clock()

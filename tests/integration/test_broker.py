@@ -1001,7 +1001,7 @@ def test_extend_lease__only_pairs_that_still_match(redis_ns: RedisNamespace) -> 
         ],
         # x: no record (acked with retention 0 a moment ago): not extended, and not lost.
         lambda b: b.extend_leases("default", [("a", "1"), ("b", "1"), ("c", "1"), ("x", "1")]),
-        ["b", "c"],
+        [("b", "1"), ("c", "1")],
         {
             t("a"): ("hash", rec("a", "active", epoch="1", started_at="now")),
             t("b"): ("hash", rec("b", "active", epoch="2", started_at="now")),
@@ -1088,7 +1088,7 @@ def test_recover__late_outcomes_after_a_real_lease_expiry_change_nothing(
     assert broker.retry(late, 1, "E", "") is False
     assert broker.kill(late, "E", "") is False
     assert broker.requeue(late, crash=True) is None
-    assert broker.extend_leases("default", [("a", late.epoch)]) == ["a"]
+    assert broker.extend_leases("default", [("a", late.epoch)]) == [("a", late.epoch)]
     assert snapshot(redis_ns) == before
 
     again = broker.dequeue(["default"])

@@ -58,7 +58,7 @@ def test_heartbeat__lost_lease_is_noticed_and_stale_workers_disappear(
     beat = Heartbeat(broker, "alive", {"host": "h"}, lambda: [delivery])
 
     beat.tick()
-    assert beat.lost == {delivery.id}
+    assert beat.lost == {(delivery.id, delivery.epoch)}
     wait_until(lambda: not redis_ns.client.exists(f"{redis_ns.namespace}:worker:gone"))
     beat.tick()
 

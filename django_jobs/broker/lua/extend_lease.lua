@@ -5,8 +5,9 @@
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  lease in seconds from now
 -- ARGV[3], ARGV[4], ...  pairs of task id and the epoch the worker holds
--- Returns  the ids whose lease is lost (recovered and handed on since: the epoch moved on): the
---          worker must not write their outcome. A task that finished under the same epoch (its
+-- Returns  the pairs (id, epoch held) whose lease is lost, flat: id, epoch, id, ... (recovered
+--          and handed on since: the epoch moved on): the worker must not write their outcome.
+--          The epoch says which run: one worker may hold a stale and a new run of one task. A task that finished under the same epoch (its
 --          outcome was written a moment ago, or deleted with retention 0) is neither extended
 --          nor lost. A record that is not a hash (overwritten by hand) is lost; an error names
 --          KEYS[1] if it is not a sorted set (nothing changed).
@@ -17,6 +18,7 @@ for i = 3, #ARGV, 2 do
   local epoch = redis.pcall('HGET', ARGV[1] .. id, 'epoch')
   if type(epoch) == 'table' then
     lost[#lost + 1] = id  -- not a hash: not a record of ours any more
+    lost[#lost + 1] = ARGV[i + 1]
   elseif epoch == ARGV[i + 1] then
     -- The first ZSCORE comes before any ZADD: a lease key of another type changes nothing.
     local score = redis.pcall('ZSCORE', KEYS[1], id)
@@ -28,6 +30,7 @@ for i = 3, #ARGV, 2 do
     end
   elseif epoch then
     lost[#lost + 1] = id
+    lost[#lost + 1] = ARGV[i + 1]
   end
 end
 return lost
