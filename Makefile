@@ -12,16 +12,32 @@ PYTHON311 := $(call find_python,python3.11,3.11)
 export PATH := $(dir $(PYTHON312)):$(dir $(PYTHON311)):$(PATH)
 VENV_PYTHON := $(or $(PYTHON312),python3)
 
-.venv/.installed: pyproject.toml
-	$(VENV_PYTHON) -m venv .venv
-	.venv/bin/python -m pip install --quiet --upgrade pip
-	.venv/bin/python -m pip install --quiet -e '.[dev]'
-	touch $@
+# pip without its noise: errors only (-qq also hides WARNING lines), no "new release" nag, no
+# progress bars, no "running as root" warning, never a prompt.
+PIP := PIP_ROOT_USER_ACTION=ignore .venv/bin/python -m pip -qq --disable-pip-version-check \
+	--no-input --progress-bar off
+
+.venv/bin/python:
+	@echo "make: creating .venv with $(VENV_PYTHON)"
+	@$(VENV_PYTHON) -m venv .venv
+	@$(PIP) install --upgrade pip
+
+# The demo needs the package's runtime dependencies only.
+.venv/.demo: pyproject.toml | .venv/bin/python
+	@echo "make: installing django-redis-jobs and its runtime dependencies into .venv"
+	@$(PIP) install -e .
+	@touch $@
+
+# make test: the dev toolchain (pytest, mypy, ruff, sphinx, nox, playwright...).
+.venv/.installed: pyproject.toml | .venv/bin/python
+	@echo "make: installing django-redis-jobs with the dev toolchain into .venv"
+	@$(PIP) install -e '.[dev]'
+	@touch $@ .venv/.demo
 
 venv: .venv/.installed
 
-demo: venv
-	.venv/bin/python -m testproject.demo
+demo: .venv/.demo
+	@.venv/bin/python -m testproject.demo
 
 # The admin's browser test drives Debian's chromium (Playwright's own browser download is not
 # used): install it when it is missing.

@@ -9,6 +9,7 @@ says so and runs in the no-Redis mode (jobs run inline in the web process).
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 
@@ -35,8 +36,9 @@ def main() -> int:
         env.pop("REDIS_URL", None)
         print(f"demo: no Redis answers at {url}; running without Redis (jobs run inline).")
     manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput"], env=env, check=True)
+    subprocess.run([*manage, "migrate", "--noinput", "--verbosity", "0"], env=env, check=True)
     subprocess.run([*manage, "shell", "-c", CREATE_ADMIN], env=env, check=True)
+    print(second_terminal(env.get("REDIS_URL"), port), flush=True)
     worker = (
         subprocess.Popen([*manage, "runworker", "--autoreload", "--concurrency", "2"], env=env)
         if "REDIS_URL" in env
@@ -52,12 +54,26 @@ def main() -> int:
             worker.wait(timeout=60)
 
 
+def second_terminal(redis_url: str | None, port: str) -> str:
+    """What to type in a second terminal to reach this demo's Redis, database and server."""
+    here = os.getcwd()
+    redis_line = f"export REDIS_URL={redis_url}" if redis_url else "unset REDIS_URL"
+    return (
+        f"demo: the site at http://127.0.0.1:{port}/ (sign up at /signup/, the admin at /admin/)\n"
+        "demo: in a second terminal, to reach the same Redis and database:\n"
+        f"    cd {shlex.quote(here)}\n"
+        f"    {redis_line}\n"
+        "    .venv/bin/python manage.py shell      # or: manage.py runworker, manage.py check\n"
+        "demo: stop with Ctrl-C"
+    )
+
+
 CREATE_ADMIN = """
 from django.contrib.auth import get_user_model
 User = get_user_model()
 if not User.objects.filter(username="admin").exists():
     User.objects.create_superuser("admin", "admin@example.com", "admin")
-print("demo: admin at http://127.0.0.1:8000/admin/ (user admin, password admin)")
+print("demo: the admin user is admin, password admin")
 """
 
 if __name__ == "__main__":
