@@ -36,8 +36,9 @@ PIP := PIP_ROOT_USER_ACTION=ignore .venv/bin/python -m pip -qq --disable-pip-ver
 
 venv: .venv/.installed
 
+PORT ?= 8000
 demo: .venv/.demo
-	@.venv/bin/python -m testproject.demo
+	@.venv/bin/python -m testproject.demo $(PORT)
 
 # The admin's browser test drives Debian's chromium (Playwright's own browser download is not
 # used): install it when it is missing.
