@@ -118,6 +118,16 @@ class Job(Generic[P]):
         return base * random.uniform(0.9, 1.1)
 
     @classmethod
+    def default_queue(cls) -> str:
+        """The queue an enqueue that names none goes to: `queue`; override to read settings."""
+        return cls.queue
+
+    @classmethod
+    def check_payload(cls, payload: P) -> None:
+        """Called by enqueue and enqueue_many on each payload before anything is sent: raise to
+        refuse it at the call site (a missing template, say) rather than as a dead task later."""
+
+    @classmethod
     def enqueue(
         cls,
         payload: P,
@@ -143,6 +153,8 @@ class Job(Generic[P]):
         """
         from django_jobs.client import Options, enqueue
 
+        cls.check_payload(payload)
+        queue = queue or cls.default_queue()
         options = Options(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
         return enqueue(cls, [(payload, idempotency_key)], options, on_commit=on_commit)[0]
 
@@ -165,8 +177,12 @@ class Job(Generic[P]):
         """
         from django_jobs.client import Options, enqueue
 
-        options = Options(queue, delay, eta, max_attempts, timeout, retention, None)
         items = [(payload, None) for payload in payloads]
+        for payload, _ in items:
+            cls.check_payload(payload)
+        options = Options(
+            queue or cls.default_queue(), delay, eta, max_attempts, timeout, retention, None
+        )
         return enqueue(cls, items, options, on_commit=on_commit)
 
 

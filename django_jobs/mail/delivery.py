@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -25,7 +24,6 @@ from django.template.base import Template as DjangoTemplate
 from django.template.loader_tags import BlockNode, ExtendsNode
 from django.utils.module_loading import import_string
 
-from django_jobs.client import JobHandle
 from django_jobs.conf import QUEUED_BACKEND, get_settings
 from django_jobs.exceptions import MailNotConfigured
 from django_jobs.idempotency import once
@@ -190,27 +188,11 @@ class SendEmail(Job[SendEmailPayload]):
                         self.context.job_id)  # fmt: skip
 
     @classmethod
-    def enqueue(
-        cls,
-        payload: SendEmailPayload,
-        *,
-        queue: str | None = None,
-        delay: timedelta | float | None = None,
-        eta: datetime | None = None,
-        max_attempts: int | None = None,
-        timeout: timedelta | float | None = None,
-        retention: timedelta | float | None = None,
-        idempotency_key: str | None = None,
-        idempotency_window: timedelta | float | None = None,
-        on_commit: bool | None = None,
-    ) -> JobHandle:
-        """Enqueue as Job.enqueue does, on JOBS["EMAIL_QUEUE"] unless told otherwise, after
-        checking that the template exists here (TemplateDoesNotExist at the call site rather
-        than a dead task later)."""
+    def default_queue(cls) -> str:
+        """JOBS["EMAIL_QUEUE"], unless an enqueue names another queue."""
+        return get_settings().email_queue
+
+    @classmethod
+    def check_payload(cls, payload: SendEmailPayload) -> None:
+        """The template exists here: TemplateDoesNotExist at the call site, not a dead task."""
         loader.get_template(payload.template)
-        return super().enqueue(
-            payload, queue=queue or get_settings().email_queue, delay=delay, eta=eta,
-            max_attempts=max_attempts, timeout=timeout, retention=retention,
-            idempotency_key=idempotency_key, idempotency_window=idempotency_window,
-            on_commit=on_commit,
-        )  # fmt: skip
