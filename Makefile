@@ -14,8 +14,8 @@ VENV_PYTHON := $(or $(PYTHON312),python3)
 
 # pip without its noise: errors only (-qq also hides WARNING lines), no "new release" nag, no
 # progress bars, no "running as root" warning, never a prompt.
-PIP := PIP_ROOT_USER_ACTION=ignore .venv/bin/python -m pip -qq --disable-pip-version-check \
-	--no-input --progress-bar off
+PIP := PIP_ROOT_USER_ACTION=ignore PIP_PROGRESS_BAR=off .venv/bin/python -m pip -qq \
+	--disable-pip-version-check --no-input
 
 .venv/bin/python:
 	@echo "make: creating .venv with $(VENV_PYTHON)"
