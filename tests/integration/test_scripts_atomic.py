@@ -203,6 +203,11 @@ def test_worker_paths__wrong_typed_wake_key_still_hand_back(
     [
         pytest.param(q("completed"), "string", lambda b: b.ack(held("a"), 3600), id="ack"),
         pytest.param(q("lease"), "list", lambda b: b.ack(held("a"), 3600), id="ack_lease"),
+        pytest.param(q("lease"), "hash", lambda b: b.ack(held("a"), 0), id="ack_lease_keep_0"),
+        pytest.param(q("active"), "zset", lambda b: b.ack(held("a"), 3600), id="ack_active"),
+        pytest.param(
+            q("active"), "string", lambda b: b.retry(held("a"), 5, "E", ""), id="retry_active"
+        ),
         pytest.param(q("retry"), "hash", lambda b: b.retry(held("a"), 5, "E", ""), id="retry_set"),
         pytest.param(q("dead"), "list", lambda b: b.kill(held("a"), "E", ""), id="kill_dead"),
         pytest.param(

@@ -77,17 +77,18 @@ local function fields(key, ...)
   return f
 end
 -- take(active, lease, id): a running task's first write, removing its id from active and lease.
--- Returns an error reply, with nothing written, when either key holds something else: the lease
--- is checked first, then LREM fails whole or applies (no TYPE call for active on the hot path).
+-- Returns an error reply, with nothing written, when either key holds something else. No TYPE
+-- call on the hot path: LREM fails whole or applies, and when the ZREM after it fails the id
+-- goes back to active (at its head, where dequeue put it: the order of active is not read; the
+-- lease set is what the recoverer reads).
 local function take(active, lease, id)
-  local bad = wrong_type(lease, 'zset')
-  if bad then
-    return bad
-  end
   if type(redis.pcall('LREM', active, 1, id)) == 'table' then
     return wrong_type(active, 'list')
   end
-  redis.call('ZREM', lease, id)
+  if type(redis.pcall('ZREM', lease, id)) == 'table' then
+    redis.call('LPUSH', active, id)
+    return wrong_type(lease, 'zset')
+  end
   return nil
 end
 -- range(key, arg, ...): ZRANGE of a sorted set of ours; nil and an error reply instead when the

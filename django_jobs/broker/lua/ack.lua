@@ -22,20 +22,29 @@ if stale ~= true then
 end
 local id = ARGV[1]
 local retention = tonumber(ARGV[3])
-local bad
+local now
 if retention > 0 then
-  bad = wrong_type(KEYS[4], 'zset')
-end
-bad = bad or take(KEYS[2], KEYS[3], id)
-if bad then
-  return bad
-end
-count(KEYS[5], ARGV[4])
-if retention > 0 then
-  local now = clock()
+  -- Filed first, with pcall: a completed key of another type fails here with nothing written,
+  -- and a `take` refused after it is undone (the id was not in completed: it was active).
+  now = clock()
+  local added = redis.pcall('ZADD', KEYS[4], now + retention, id)
+  if type(added) == 'table' then
+    return wrong_type(KEYS[4], 'zset')
+  end
+  local bad = take(KEYS[2], KEYS[3], id)
+  if bad then
+    if added == 1 then
+      redis.call('ZREM', KEYS[4], id)
+    end
+    return bad
+  end
   redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', tostring(now))
-  redis.call('ZADD', KEYS[4], now + retention, id)
 else
+  local bad = take(KEYS[2], KEYS[3], id)
+  if bad then
+    return bad
+  end
   redis.call('DEL', KEYS[1])
 end
+count(KEYS[5], ARGV[4])
 return 1
