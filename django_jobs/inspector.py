@@ -180,6 +180,20 @@ class Inspector:
                 return info
         return None
 
+    def locate(self, ids: list[str]) -> dict[str, str]:
+        """The queue of each of ids found in a configured queue (ids in none are left out), in
+        one round trip per queue at most: what an action on tasks listed from every queue
+        needs."""
+        found: dict[str, str] = {}
+        for queue in self.broker.settings.queues:
+            left = [task_id for task_id in ids if task_id not in found]
+            if not left:
+                break
+            for task_id, info in zip(left, self.broker.task_infos(queue, left), strict=True):
+                if info is not None:
+                    found[task_id] = queue
+        return found
+
     def workers(self) -> list[WorkerInfo]:
         """Return the live workers (those whose heartbeat has not expired), in id order."""
         return self.broker.workers()

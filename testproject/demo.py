@@ -37,7 +37,7 @@ def main() -> int:
         print(f"demo: no Redis answers at {url}; running without Redis (jobs run inline).")
     manage = [sys.executable, "manage.py"]
     subprocess.run([*manage, "migrate", "--noinput", "--verbosity", "0"], env=env, check=True)
-    subprocess.run([*manage, "shell", "-c", CREATE_ADMIN], env=env, check=True)
+    subprocess.run([*manage, "shell", "-v", "0", "-c", CREATE_ADMIN], env=env, check=True)
     print(second_terminal(env.get("REDIS_URL"), port), flush=True)
     worker = (
         subprocess.Popen([*manage, "runworker", "--autoreload", "--concurrency", "2"], env=env)

@@ -1,22 +1,25 @@
 """The tasks list (one list for every state), a task's page, and the actions on tasks.
 
-Filtering by job or searching by idempotency key cannot use an index (Redis holds none), so it
-goes through the Inspector's task listing, reading at most SCAN_LIMIT tasks per request, and
-offers to search further. Searching by id looks the task up directly in every queue. Deleting
-many tasks first shows a confirmation page that says how many.
+The list shows every queue at once by default, merged on the state's time as the API's
+`/failed` does (the Inspector's task listing, paged by its cursor); the queue is a filter and a
+column. One queue without a filter is paged by number. Filtering by job or searching by
+idempotency key cannot use an index (Redis holds none), so it reads at most SCAN_LIMIT tasks per
+request, and offers to search further; the key column then shows the part that matched.
+Searching by id looks the task up directly in every queue. Deleting many tasks first shows a
+confirmation page that says how many.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from django_jobs.admin.listing import COLUMNS, ListQuery, Row, attempts, matched
 from django_jobs.admin.pages import (
     JobsAdmin,
     Notice,
@@ -27,7 +30,7 @@ from django_jobs.admin.pages import (
     tasks_url,
     url,
 )
-from django_jobs.conf import get_settings
+from django_jobs.cursor import InvalidCursor, decode_cursor, encode_cursor
 from django_jobs.exceptions import TaskRunning
 from django_jobs.inspector import RETRY_RULE, Inspector, TaskInfo, may_retry
 from django_jobs.jobs import registry
@@ -39,91 +42,6 @@ PER_PAGE = 100
 #: Tasks read per round trip, and at most per request, when a job filter or a search scans.
 SCAN_CHUNK = 1000
 SCAN_LIMIT = 10_000
-#: Columns of the tasks list for each state, between id and job and payload and idempotency
-#: key: (heading, TaskInfo attribute).
-COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
-    State.SCHEDULED: (("Due", "next_at"), ("Enqueued", "enqueued_at")),
-    State.PENDING: (("Enqueued", "enqueued_at"), ("Failed runs", "attempts")),
-    State.ACTIVE: (("Started", "started_at"), ("Failed runs", "attempts")),
-    State.RETRY: (
-        ("Last error", "error"),
-        ("Next attempt", "next_at"),
-        ("Failed runs", "attempts"),
-        ("Failed", "failed_at"),
-    ),
-    State.DEAD: (
-        ("Last error", "error"),
-        ("Died", "died_at"),
-        ("Failed runs", "attempts"),
-        ("Crashes", "crashes"),
-    ),
-    State.COMPLETED: (("Completed", "completed_at"), ("Enqueued", "enqueued_at")),
-}
-
-
-@dataclass(frozen=True)
-class Row:
-    """A task on the tasks list, with the cells of its state's columns."""
-
-    task: TaskInfo
-    url: str
-    payload: str
-    #: (TaskInfo attribute, value) for each of the state's COLUMNS.
-    cells: list[tuple[str, object]]
-
-
-@dataclass(frozen=True)
-class ListQuery:
-    """What the tasks list shows, read from the query string."""
-
-    queue: str
-    state: str
-    job: str
-    query: str
-    newest_first: bool
-    page: int
-    start: int
-
-    @classmethod
-    def from_request(cls, request: HttpRequest) -> ListQuery:
-        queues = get_settings().queues
-        get = request.GET
-        queue = get.get("queue") or queues[0]
-        state = get.get("state") or State.DEAD
-        if queue not in queues or state not in State.ALL:
-            raise Http404("Unknown queue or state.")
-        return cls(
-            queue=queue,
-            state=state,
-            job=get.get("job", ""),
-            query=get.get("q", "").strip(),
-            newest_first=get.get("o") != "oldest",
-            page=_number(get.get("p"), 1),
-            start=_number(get.get("start"), 0),
-        )
-
-    def url(self, **changes: str | int) -> str:
-        """This list's URL with some parameters changed (paging starts over unless given)."""
-        query: dict[str, str | int] = {"queue": self.queue, "state": self.state}
-        if self.job:
-            query["job"] = self.job
-        if self.query:
-            query["q"] = self.query
-        if not self.newest_first:
-            query["o"] = "oldest"
-        query.update(changes)
-        return url("task_changelist", **{k: v for k, v in query.items() if v != ""})
-
-
-def _number(value: str | None, least: int) -> int:
-    try:
-        return max(least, int(value or least))
-    except ValueError:
-        return least
-
-
-def _attempts(task: TaskInfo) -> object:
-    return f"{task.attempts} of {task.max_attempts}" if task.max_attempts else task.attempts
 
 
 @admin.register(Task)
@@ -162,11 +80,9 @@ class TaskAdmin(JobsAdmin):
         if listing.query and (found := insp.find(listing.query)):
             # A search by id shows the task wherever it is, with the columns of its state.
             state = found.state if found.state in State.ALL else listing.state
-            listing = ListQuery(found.queue, state, "", listing.query, True, 1, 0)
+            listing = ListQuery(found.queue, state, "", listing.query, True, 1, "")
             context.update(listing=listing, found=True, items=[found], total=1)
-        elif listing.job or listing.query:
-            context.update(self.scan(insp, listing))
-        else:
+        elif listing.paged:
             page = insp.tasks(
                 listing.queue,
                 listing.state,
@@ -186,16 +102,24 @@ class TaskAdmin(JobsAdmin):
                 ],
                 page=listing.page,
             )
-        info = {q.name: q for q in queues}
-        current = info[listing.queue]
+        else:
+            counts = {q.name: q.count(listing.state) for q in queues}
+            context.update(self.merged(insp, listing, counts))
+        listed = [q for q in queues if q.name in listing.queues]
+        key_query = "" if context.get("found") else listing.query
         return {
             **context,
-            "rows": [self.row(t, listing.state) for t in context["items"]],
+            "rows": [self.row(t, listing.state, key_query) for t in context["items"]],
             "columns": [heading for heading, _ in COLUMNS[listing.state]],
+            "key_column": bool(key_query),
+            "all_queues_url": listing.url(queue=""),
+            "all_queues_count": sum(q.count(listing.state) for q in queues),
             "queue_filter": [
                 (q.name, q.count(listing.state), listing.url(queue=q.name)) for q in queues
             ],
-            "state_filter": [(s, current.count(s), listing.url(state=s)) for s in State.ALL],
+            "state_filter": [
+                (s, sum(q.count(s) for q in listed), listing.url(state=s)) for s in State.ALL
+            ],
             "job_filter": [
                 (name, listing.url(job=name))
                 for name in sorted({*registry.jobs, listing.job} - {""})
@@ -203,40 +127,53 @@ class TaskAdmin(JobsAdmin):
             "all_jobs_url": listing.url(job=""),
             "newest_url": listing.url(o=""),
             "oldest_url": listing.url(o="oldest"),
-            "dead_count": current.dead,
-            "retry_all_dead_url": url("queue_retry_all_dead", listing.queue),
-            "delete_all_dead_url": url("queue_delete_all_dead", listing.queue),
+            "dead_count": sum(q.dead for q in listed) if listing.queue else 0,
+            "retry_all_dead_url": url("queue_retry_all_dead", listing.queue or "-"),
+            "delete_all_dead_url": url("queue_delete_all_dead", listing.queue or "-"),
         }
 
-    def scan(self, insp: Inspector, listing: ListQuery) -> dict[str, Any]:
-        """One page of matches of the job filter and the idempotency-key search, read in order
-        from listing.start through the Inspector's task listing, at most SCAN_LIMIT tasks."""
+    def merged(self, insp: Inspector, listing: ListQuery, counts: dict[str, int]) -> dict[str, Any]:
+        """One page of the Inspector's listing over listing.queues, merged on the state's time,
+        from listing.at: every queue's tasks, or the matches of the job filter and the key
+        search among at most SCAN_LIMIT tasks read."""
+        queues = listing.queues
+        try:
+            offsets = decode_cursor(listing.at, queues) if listing.at else None
+        except InvalidCursor:
+            offsets = None  # a hand-made link: start from the newest
+        scanning = bool(listing.job or listing.query)
+        chunk = SCAN_CHUNK if scanning else PER_PAGE
         found = insp.list_tasks(
             listing.state,
-            (listing.queue,),
-            offsets={listing.queue: listing.start},
+            queues,
+            offsets=offsets,
             job=listing.job or None,
             key_contains=listing.query,
             per_page=PER_PAGE,
             newest_first=listing.newest_first,
-            chunk=SCAN_CHUNK,
-            budget=SCAN_LIMIT,
+            chunk=chunk,
+            budget=SCAN_LIMIT if scanning else 2 * chunk * len(queues),
         )
-        position = (found.next_offsets or {}).get(listing.queue, found.total)
+        left = found.next_offsets or {}
+        # How far the listing has gone: a queue missing from a cursor has been read to its end.
+        start = 0 if offsets is None else sum(offsets.get(q, counts.get(q, 0)) for q in queues)
+        position = sum(left.get(q, counts.get(q, 0)) for q in queues)
+        further = listing.url(at=encode_cursor(left)) if left else ""
         return {
             "items": found.items,
             "total": found.total,
-            "scanned": (listing.start + 1, min(position, found.total)),
-            "further_url": listing.url(start=position) if found.next_offsets else "",
-            "first_url": listing.url() if listing.start else "",
+            "scanned": (start + 1, min(position, found.total)) if scanning else None,
+            "further_url": further,
+            "first_url": listing.url() if listing.at else "",
         }
 
-    def row(self, task: TaskInfo, state: str) -> Row:
+    def row(self, task: TaskInfo, state: str, key_query: str = "") -> Row:
         cells: list[tuple[str, object]] = []
         for _, attribute in COLUMNS[state]:
-            value = _attempts(task) if attribute == "attempts" else getattr(task, attribute)
+            value = attempts(task) if attribute == "attempts" else getattr(task, attribute)
             cells.append((attribute, value))
-        return Row(task=task, url=task_url(task), payload=payload(task), cells=cells)
+        split = matched(task.idempotency_key, key_query)
+        return Row(task=task, url=task_url(task), cells=cells, matched=split)
 
     def bulk_action(self, request: HttpRequest, listing: ListQuery) -> HttpResponse:
         """Retry or delete the tasks ticked on the list (deleting asks first)."""
@@ -251,10 +188,15 @@ class TaskAdmin(JobsAdmin):
             )
             return HttpResponseRedirect(back)
         queue = listing.queue
+
+        def where(insp: Inspector) -> dict[str, str]:
+            """The queue of each ticked task: the list's, or found in every queue."""
+            return dict.fromkeys(ids, queue) if queue else insp.locate(ids)
+
         if action == "retry_selected":
 
             def retry(insp: Inspector) -> Notice:
-                done = sum(insp.retry(queue, task_id) for task_id in ids)
+                done = sum(insp.retry(q, task_id) for task_id, q in where(insp).items())
                 text = f"{plural(done, 'task')} will run now."
                 if done < len(ids):
                     text += f" {len(ids) - done} could not: {RETRY_RULE}."
@@ -268,7 +210,8 @@ class TaskAdmin(JobsAdmin):
 
             def ask(insp: Inspector) -> dict[str, Any]:
                 return {
-                    "question": f"Delete {plural(len(ids), 'task')} of queue {queue}?",
+                    "question": f"Delete {plural(len(ids), 'task')} of "
+                    + (f"queue {queue}?" if queue else "every queue?"),
                     "items": ids,
                     "fields": [
                         *(("_selected_action", task_id) for task_id in ids),
@@ -281,9 +224,9 @@ class TaskAdmin(JobsAdmin):
 
         def delete(insp: Inspector) -> Notice:
             done, running = 0, 0
-            for task_id in ids:
+            for task_id, q in where(insp).items():
                 try:
-                    done += insp.delete(queue, task_id)
+                    done += insp.delete(q, task_id)
                 except TaskRunning:
                     running += 1
             text = f"Deleted {plural(done, 'task')}."
@@ -310,7 +253,7 @@ class TaskAdmin(JobsAdmin):
                     ("Queue", task.queue),
                     ("State", task.state),
                     ("Idempotency key", task.idempotency_key),
-                    ("Failed runs", _attempts(task)),
+                    ("Failed runs", attempts(task)),
                     ("Crashes", task.crashes),
                 ],
                 "times": [

@@ -217,26 +217,90 @@ def test_tasks__lists_dead_tasks_with_their_error(staff: Client, insp: Inspector
 
     assert response.status_code == 200
     page = text(response)
-    headings = "ID Job Last error Died Failed runs Crashes Payload Idempotency key"
+    headings = "ID Queue Job Last error Died Failed runs Crashes"
     assert headings in page
     body = response.content.decode()
     # Newest death first, each row linking to its task page.
     assert body.index(task_url(second)) < body.index(task_url(first))
     assert "RuntimeError: boom one" in page
     assert "RuntimeError: boom two" in page
-    assert f"{first[:12]}… {Fails.name} RuntimeError: boom one 20" in page
-    assert '1 of 1 0 {"text": "one"} order-1' in page
+    assert f"{first[:12]}… default {Fails.name} RuntimeError: boom one 20" in page
+    # The payload and the idempotency key are on the task's page, not in the list.
+    assert "order-1" not in page
     assert "1 of 1" in page
     assert "2 dead tasks" in page
 
 
-def test_tasks__default_to_the_first_queue_s_dead_tasks(staff: Client, insp: Inspector) -> None:
-    dead = dead_task(queue="critical")
+def listed(response: HttpResponse) -> list[str]:
+    """The ids of the tasks on a list page, in order."""
+    return re.findall(r'name="_selected_action" value="(\w+)"', response.content.decode())
+
+
+def test_tasks__default_to_every_queue_s_dead_tasks_merged_by_time(
+    staff: Client, insp: Inspector
+) -> None:
+    # Given dead tasks in three queues, dying in this order.
+    order = [dead_task(queue=q) for q in ("critical", "low", "default", "critical")]
 
     response = staff.get(TASKS)
 
     assert response.status_code == 200
-    assert task_url(dead, queue="critical") in response.content.decode()
+    # Every queue at once, the newest death first, each row with its queue.
+    assert listed(response) == order[::-1]
+    page = text(response)
+    assert "4 dead tasks in every queue" in page
+    assert "ID Queue Job Last error Died" in page
+    assert f"{order[1][:12]}… low {Fails.name}" in page
+    assert "All (4)" in page  # the queue filter's first choice, selected
+    assert re.search(r'<li class="selected"><a href="[^"]*">All \(4\)', response.content.decode())
+    # The queue is a filter.
+    critical = staff.get(TASKS, {"queue": "critical"})
+    assert listed(critical) == [order[3], order[0]]
+
+
+def test_tasks__every_queue_pages_by_cursor(
+    staff: Client, insp: Inspector, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(task_pages, "PER_PAGE", 2)
+    order = [dead_task(queue=q) for q in ("low", "default", "low", "critical", "default")]
+
+    first = staff.get(TASKS, {"state": "dead"})
+    assert listed(first) == order[::-1][:2]
+    pages = [listed(first)]
+    response = first
+    while (more := re.search(r'href="([^"]+)">Next page', response.content.decode())) is not None:
+        response = staff.get(html.unescape(more.group(1)))
+        pages.append(listed(response))
+        assert len(pages) < 5
+    assert pages == [order[::-1][:2], order[::-1][2:4], order[::-1][4:]]
+    assert "Newest first" in text(response)  # back to the first page
+
+    oldest = staff.get(TASKS, {"state": "dead", "o": "oldest"})
+    assert listed(oldest) == order[:2]
+
+
+def test_tasks__act_on_tasks_ticked_in_every_queue(staff: Client, insp: Inspector) -> None:
+    low, critical = dead_task(queue="low"), dead_task(queue="critical")
+
+    retried = staff.post(
+        admin.tasks_url("", "dead").replace("queue=&", ""),
+        {"action": "retry_selected", "_selected_action": [low, critical]},
+        follow=True,
+    )
+
+    assert "2 tasks will run now." in notes(retried)
+    assert state_of(insp, low, "low") == "pending"
+    assert state_of(insp, critical, "critical") == "pending"
+    asked = staff.post(
+        TASKS + "?state=pending", {"action": "delete_selected", "_selected_action": [low]}
+    )
+    assert "Delete 1 task of every queue?" in text(asked)
+    staff.post(
+        TASKS + "?state=pending",
+        {"action": "delete_selected", "_selected_action": [low, critical], "post": "yes"},
+    )
+    assert insp.task("low", low) is None
+    assert insp.task("critical", critical) is None
 
 
 @pytest.mark.parametrize(
@@ -264,7 +328,7 @@ def test_tasks__columns_follow_the_state(
     response = staff.get(TASKS, {"queue": "default", "state": state})
 
     page = text(response)
-    assert f"ID Job {headings} Payload Idempotency key" in page
+    assert f"ID Queue Job {headings}" in page
     (task,) = insp.tasks("default", state).items
     assert task_url(task.id) in response.content.decode()
     if state == "retry":
@@ -349,7 +413,7 @@ def test_tasks__search_by_id_finds_the_task_anywhere(staff: Client, insp: Inspec
     response = staff.get(TASKS, {"queue": "default", "state": "pending", "q": task_id})
 
     page = text(response)
-    assert f"Task {task_id} found in queue low, dead." in page
+    assert f"Task {task_id} found in queue low, dead. It matched by its id." in page
     assert task_url(task_id, queue="low") in response.content.decode()
     assert "Died" in page
 
@@ -365,6 +429,11 @@ def test_tasks__search_by_idempotency_key(staff: Client, insp: Inspector) -> Non
         wanted
     ]
     assert "1 matching task among tasks 1 to 3 of 3" in text(response)
+    # Why it matched: the part of the key that matched is marked.
+    assert "Matched by the idempotency key containing “order-1”" in text(response)
+    assert '<td class="field-idempotency-key"><mark>order-1</mark>7</td>' in (
+        response.content.decode()
+    )
 
 
 def test_tasks__unknown_state_is_404(staff: Client, insp: Inspector) -> None:
