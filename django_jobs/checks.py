@@ -24,6 +24,7 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E016    | ENQUEUE_ON_COMMIT is not True or False                         |
 | django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
+| django_jobs.W002    | OUTBOX is on and no worker has relayed the outbox for a while  |
 | django_jobs.I001    | jobs are disabled (REDIS_URL unset): what enqueue does instead |
 """
 
@@ -34,8 +35,10 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.core.checks import CheckMessage, Info, Tags, Warning, register
-from django.db import connections
+from django.db import DatabaseError, connections
+from django.utils import timezone
 
+from django_jobs.backends.outbox import last_relay
 from django_jobs.conf import (
     get_settings,
     is_valid_count,
@@ -160,4 +163,45 @@ def check_database_connections(
                     id="django_jobs.W001",
                 )
             )
+    return warnings
+
+
+#: Seconds without a relay's heartbeat after which W002 warns (a relay beats every 5 seconds).
+RELAY_STALE = 120
+
+
+@register(Tags.database)
+def check_outbox_relayed(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """Warn when JOBS["OUTBOX"] is on and no worker has relayed the outbox lately: rows that
+    the fast path could not send would wait for ever. A database check, like W001."""
+    if not databases or settings_errors() or not get_settings().outbox:
+        return []
+    if not get_settings().enabled:
+        return []
+    warnings: list[CheckMessage] = []
+    for alias in databases:
+        try:
+            beat = last_relay(alias)
+        except DatabaseError:
+            continue  # not migrated yet: migrate creates the table, the workers the row
+        if beat is None or beat.relayed_at is None:
+            what = "no worker has ever relayed it"
+        else:
+            age = (timezone.now() - beat.relayed_at).total_seconds()
+            if age <= RELAY_STALE:
+                continue
+            what = f"worker {beat.worker} relayed it last, {age:.0f}s ago"
+        warnings.append(
+            Warning(
+                f"JOBS['OUTBOX'] is on, but the outbox of database {alias!r} is not being "
+                f"relayed: {what}.",
+                hint="Start `manage.py runworker` (every worker relays the outbox); until then "
+                "jobs whose enqueue found Redis down wait in the outbox.",
+                id="django_jobs.W002",
+            )
+        )
     return warnings

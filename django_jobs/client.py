@@ -6,6 +6,10 @@ test helper has put one in its place with `override_backend` (django_jobs.testin
 On-commit enqueues (`on_commit=True`, or JOBS["ENQUEUE_ON_COMMIT"] inside atomic()) wait for
 their transaction in one batch per transaction and database alias, sent in one round trip when
 it commits; see `CommitBatch`.
+
+Outboxed enqueues (`outbox=True`, JOBS["OUTBOX"], `use_outbox()`) write OutboxJob rows in the
+caller's transaction and send them after the commit through the same batch (the fast path is
+backends/outbox.py); a worker's relay sends what it could not. Flows get it through `enqueue`.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
+from django_jobs.backends import outbox as outbox_rows
 from django_jobs.backends.base import Backend, Submission
 from django_jobs.backends.inline import InlineBackend
+from django_jobs.backends.outbox import use_outbox as use_outbox
 from django_jobs.backends.redis import RedisBackend
 from django_jobs.backends.skip import SkipBackend
 from django_jobs.broker.factory import get_broker as get_broker
@@ -46,6 +52,8 @@ logger = logging.getLogger("django_jobs.client")
 
 #: The state of a handle whose enqueue waits for its transaction to commit.
 DEFERRED = "deferred"
+#: The state of a handle whose task waits in the outbox (written, not yet accepted by Redis).
+OUTBOXED = outbox_rows.OUTBOXED
 
 _backends: dict[str, Backend] = {
     "redis": RedisBackend(),
@@ -67,6 +75,14 @@ def override_backend(backend: Backend) -> Iterator[Backend]:
         _override = saved
 
 
+def outbox_wanted(outbox: bool | None, settings: JobsSettings) -> bool:
+    """Whether an enqueue goes through the outbox: the keyword, else `use_outbox()` or
+    JOBS["OUTBOX"]; never with jobs disabled or a test backend (django_jobs.testing) in place."""
+    if outbox is None:
+        outbox = settings.outbox or outbox_rows.in_block()
+    return outbox and settings.enabled and _override is None
+
+
 def backend_for(settings: JobsSettings) -> Backend:
     """The backend enqueues go to: the override, Redis, or the WHEN_DISABLED mode's."""
     if _override is not None:
@@ -83,8 +99,8 @@ class JobHandle:
     """An enqueued job: its id, where it went, and its state when enqueue returned.
 
     `state` is a task state ("pending", "scheduled"), "deferred" until the transaction of an
-    on-commit enqueue commits (then the state it was accepted in), or for jobs run with Redis
-    disabled: "completed", "dead" (the inline run raised) or "skipped".
+    on-commit enqueue commits (then the state it was accepted in), "outboxed" while its task
+    waits in the outbox, or with Redis disabled: "completed", "dead" (inline) or "skipped".
     """
 
     id: str
@@ -179,11 +195,13 @@ def enqueue(
     *,
     on_commit: bool | None = None,
     using: str | None = None,
+    outbox: bool | None = None,
 ) -> list[JobHandle]:
     """Validate every (payload, idempotency key) and enqueue them; see Job.enqueue.
 
     on_commit None: JOBS["ENQUEUE_ON_COMMIT"] decides, for an enqueue inside atomic() on the
-    database `using` (default: the default database).
+    database `using` (default: the default database). outbox None: JOBS["OUTBOX"] (or
+    `use_outbox()`) decides; see `enqueue_outboxed`.
     """
     settings = get_settings()
     resolved = resolve(job, options, settings)
@@ -211,6 +229,8 @@ def enqueue(
                 job, message, encoded, resolved.delay, resolved.eta, resolved.idempotency_window
             )
         )
+    if outbox_wanted(outbox, settings):
+        return enqueue_outboxed(job, submissions, using or DEFAULT_DB_ALIAS)
     backend = backend_for(settings)
     # The connection is looked up only for an on-commit enqueue (the lookup is not free).
     if on_commit is None and settings.enqueue_on_commit:
@@ -237,6 +257,40 @@ def enqueue(
         backend, submissions, deferred
     )
     return deferred
+
+
+def enqueue_outboxed(
+    job: type[Job[Any]], submissions: Sequence[Submission], using: str
+) -> list[JobHandle]:
+    """Write the submissions' rows into the outbox of database `using`, then send them.
+
+    Inside atomic(): the rows are sent once it commits (handles "outboxed" until then; a
+    duplicate idempotency key is logged then, not raised). Outside: the rows commit and are
+    sent at once (DuplicateJob raised). With Redis down the rows wait for a worker's relay.
+    """
+    connection = transaction.get_connection(using)
+    fast_path = outbox_rows.backend(using)
+    if connection.in_atomic_block:
+        outbox_rows.write(submissions, using)
+        handles = [
+            JobHandle(s.message.id, job.name, s.message.queue, OUTBOXED) for s in submissions
+        ]
+        CommitBatch.of(connection).add(fast_path, submissions, handles)
+        return handles
+    if not transaction.get_autocommit(using):
+        raise TransactionManagementError(
+            "outbox=True cannot be used in manual transaction management (autocommit off "
+            "outside atomic()): enqueue inside atomic(), or after your own commit."
+        )
+    with transaction.atomic(using=using):
+        outbox_rows.write(submissions, using)
+    made = []
+    for s, accepted in zip(submissions, fast_path.submit(submissions), strict=True):
+        if accepted.duplicate_of is not None:
+            assert s.message.idempotency_key is not None
+            raise DuplicateJob(job.name, s.message.idempotency_key, accepted.duplicate_of)
+        made.append(JobHandle(s.message.id, job.name, s.message.queue, accepted.state))
+    return made
 
 
 def send_after_commit(

@@ -141,11 +141,14 @@ class Job(Generic[P]):
         idempotency_key: str | None = None,
         idempotency_window: timedelta | float | None = None,
         on_commit: bool | None = None,
+        outbox: bool | None = None,
     ) -> JobHandle:
         """Enqueue one run of this job and return its handle.
 
         on_commit: True sends it when the surrounding transaction commits (the handle has the
         id at once); None (the default) does so inside atomic() if JOBS["ENQUEUE_ON_COMMIT"].
+        outbox: True writes it in the database first, in the current transaction, and sends it
+        after the commit (state "outboxed" until Redis accepted it); None: JOBS["OUTBOX"].
 
         Raises DuplicateJob if idempotency_key was accepted inside its window (treat as success),
         InvalidPayload, PayloadTooLarge, UnknownQueue, or BrokerUnavailable (which may still mean
@@ -156,7 +159,8 @@ class Job(Generic[P]):
         cls.check_payload(payload)
         queue = queue or cls.default_queue()
         options = Options(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
-        return enqueue(cls, [(payload, idempotency_key)], options, on_commit=on_commit)[0]
+        items = [(payload, idempotency_key)]
+        return enqueue(cls, items, options, on_commit=on_commit, outbox=outbox)[0]
 
     @classmethod
     def enqueue_many(
@@ -170,10 +174,12 @@ class Job(Generic[P]):
         timeout: timedelta | float | None = None,
         retention: timedelta | float | None = None,
         on_commit: bool | None = None,
+        outbox: bool | None = None,
     ) -> list[JobHandle]:
         """Enqueue many runs in one Redis round trip per batch; return their handles in order.
 
-        Every payload is validated before anything is written.
+        Every payload is validated before anything is written. on_commit and outbox: as for
+        `enqueue`.
         """
         from django_jobs.client import Options, enqueue
 
@@ -183,7 +189,7 @@ class Job(Generic[P]):
         options = Options(
             queue or cls.default_queue(), delay, eta, max_attempts, timeout, retention, None
         )
-        return enqueue(cls, items, options, on_commit=on_commit)
+        return enqueue(cls, items, options, on_commit=on_commit, outbox=outbox)
 
 
 def _payload_type(cls: type) -> type[Any] | None:

@@ -82,3 +82,62 @@ class ProcessedTask(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class OutboxJob(models.Model):
+    """A real table: an enqueue written in its transaction, not yet accepted by Redis.
+
+    With ``JOBS["OUTBOX"]`` (or ``enqueue(..., outbox=True)``) an enqueue inserts its row in the
+    caller's transaction, so a rollback enqueues nothing. After the commit the enqueuing process
+    sends its rows to Redis and deletes them (the fast path); what it could not send (Redis
+    down, the process died) a worker's relay sends later, oldest id first (django_jobs.worker
+    .relay). A row is deleted only once Redis accepted its task.
+    """
+
+    #: The task's id: sending a row twice leaves one task (the enqueue script refuses an id it
+    #: has already written).
+    job_id = models.CharField(max_length=64, unique=True)
+    #: The registered name of the job.
+    job = models.CharField(max_length=200)
+    queue = models.CharField(max_length=200)
+    #: The encoded message, as Redis stores it.
+    message = models.TextField()
+    #: When it is due and its idempotency window: {"delay": s, "eta": epoch s or null,
+    #: "idempotency_window": s}.
+    options = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=timezone.now)
+    #: Sends that failed (Redis refused the task, or its queue or job is unknown to the relay).
+    attempts = models.PositiveIntegerField(default=0)
+    #: Why the last send failed, and what to do about it ("" until one fails).
+    last_error = models.TextField(blank=True, default="")
+    #: A row whose send failed waits until then (None: due now), so it holds up no other row.
+    retry_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "outbox job"
+
+    def __str__(self) -> str:
+        return f"{self.job} {self.job_id}"
+
+
+class OutboxRelay(models.Model):
+    """A real table of one row: which worker relayed the outbox last, and when.
+
+    Its timestamp feeds the system check that warns when the outbox is on and no worker has
+    relayed for a while. On SQLite the row is also the single-relay lock (`holder`, until
+    `lease_until`): one worker at a time relays there.
+    """
+
+    name = models.CharField(max_length=50, primary_key=True, default="relay")
+    worker = models.CharField(max_length=200, blank=True, default="")
+    relayed_at = models.DateTimeField(null=True, blank=True)
+    #: Tasks relayed by that worker's last tick.
+    sent = models.PositiveIntegerField(default=0)
+    holder = models.CharField(max_length=200, blank=True, default="")
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "outbox relay"
+
+    def __str__(self) -> str:
+        return self.name

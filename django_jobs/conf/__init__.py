@@ -70,6 +70,7 @@ class JobsSettings:
     max_payload_bytes: int
     when_disabled: str
     enqueue_on_commit: bool
+    outbox: bool
     enqueue_timeout: float
     lease: float
     heartbeat_interval: float

@@ -33,6 +33,9 @@ DEFAULTS: dict[str, Any] = {
     "WHEN_DISABLED": "inline",
     # Whether an enqueue inside atomic() waits for the commit by default (on_commit=None).
     "ENQUEUE_ON_COMMIT": False,
+    # Whether every enqueue goes through the transactional outbox (an OutboxJob row written in
+    # the enqueue's transaction, sent to Redis after the commit, by a worker's relay if need be).
+    "OUTBOX": False,
     # Seconds an enqueue may wait for Redis before raising BrokerUnavailable.
     "ENQUEUE_TIMEOUT": 5,
     # Seconds a worker's claim on a running task lasts unless renewed.
@@ -114,7 +117,7 @@ COUNTS = frozenset(
     }
 )
 #: Keys whose value is True or False.
-FLAGS = frozenset({"ENQUEUE_ON_COMMIT"})
+FLAGS = frozenset({"ENQUEUE_ON_COMMIT", "OUTBOX"})
 WHEN_DISABLED_CHOICES = ("inline", "skip", "raise")
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 #: The dotted path of django_jobs.mail.QueuedEmailBackend (named, not imported: layers).

@@ -49,6 +49,7 @@ from django_jobs.worker.loop import Ticker
 from django_jobs.worker.policy import Attempt
 from django_jobs.worker.processor import write_decision
 from django_jobs.worker.recoverer import Recoverer
+from django_jobs.worker.relay import Relay
 from django_jobs.worker.scheduler import Scheduler
 from django_jobs.worker.slots import Running, SlotTable
 
@@ -104,6 +105,7 @@ class Supervisor:
                 Recoverer(broker, self.queues, renew=self.heartbeat.renew),
                 Janitor(broker, self.queues),
                 Scheduler(broker),
+                Relay(broker, self.worker_id),
                 self.backlog,
             ]
         )

@@ -1,0 +1,238 @@
+"""The transactional outbox: enqueues written as OutboxJob rows, sent to Redis after the commit.
+
+- `write(submissions, using)` inserts one row per task in the current transaction: a rollback
+  takes the rows with it, so the jobs never existed.
+- `OutboxBackend(using).submit(...)` is the fast path, run once the rows have committed (by the
+  client's `CommitBatch`, one round trip per transaction, or at once outside a transaction): it
+  sends the tasks through the Redis backend and deletes their rows. Redis unavailable (or
+  refusing): the rows stay and each task's state is OUTBOXED; a worker's relay sends them.
+- `send_rows(rows, using)` is what the relay sends (django_jobs.worker.relay picks the rows):
+  oldest id first, one round trip per batch, a row deleted only after Redis accepted its task.
+  Sending a row twice leaves one task: the enqueue script refuses an id it has written.
+- `hold(row, error)` counts a failed send and puts the row aside for a while, so a row that
+  cannot be sent (its queue unknown, Redis refusing its key) never holds up the rows behind it.
+- `depth(using)` and `last_relay(using)`: what the admin, the API and the checks show.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
+from django.db.models import Count, Min
+from django.utils import timezone
+
+from django_jobs.backends.base import Submission
+from django_jobs.backends.redis import RedisBackend
+from django_jobs.broker.factory import get_broker
+from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, DuplicateJob
+from django_jobs.models import OutboxJob, OutboxRelay
+
+logger = logging.getLogger("django_jobs.outbox")
+
+#: The state of a handle whose task waits in the outbox (written, not yet accepted by Redis).
+OUTBOXED = "outboxed"
+#: Seconds a row whose send failed waits before the next try: doubling from FIRST_HOLD.
+FIRST_HOLD = 5.0
+MOST_HOLD = 600.0
+#: The name of the heartbeat row (OutboxRelay).
+RELAY_ROW = "relay"
+
+
+_block: ContextVar[bool] = ContextVar("django_jobs_outbox", default=False)
+
+
+@contextmanager
+def use_outbox() -> Iterator[None]:
+    """Every enqueue inside goes through the outbox (as with outbox=True): for code that
+    enqueues without the keyword, such as send_mail() through the queued backend."""
+    token = _block.set(True)
+    try:
+        yield
+    finally:
+        _block.reset(token)
+
+
+def in_block() -> bool:
+    """Whether this code runs inside `use_outbox()`."""
+    return _block.get()
+
+
+def aliases() -> list[str]:
+    """The databases that may hold the outbox table (by the routers)."""
+    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxJob)]
+
+
+def write(submissions: Sequence[Submission], using: str) -> None:
+    """Insert one row per submission, on `using`, in the caller's transaction (if any)."""
+    OutboxJob.objects.using(using).bulk_create(
+        [
+            OutboxJob(
+                job_id=s.message.id,
+                job=s.job.name,
+                queue=s.message.queue,
+                message=s.encoded,
+                options={
+                    "delay": s.delay,
+                    "eta": s.eta,
+                    "idempotency_key": s.message.idempotency_key,
+                    "idempotency_window": s.idempotency_window,
+                },
+            )
+            for s in submissions
+        ]
+    )
+
+
+class OutboxBackend:
+    """The fast path: send committed rows' tasks to Redis, delete the rows Redis accepted."""
+
+    def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
+        self.using = using
+        self.redis = RedisBackend()
+
+    def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
+        try:
+            answers = self.redis.submit(submissions)
+        except BrokerUnavailable as exc:
+            logger.warning(
+                "outbox: %d job(s) kept in the outbox, to be sent by a worker's relay once "
+                "Redis answers (%s): %s", len(submissions), exc,
+                ", ".join(f"{s.job.name} {s.message.id}" for s in submissions),
+            )  # fmt: skip
+            return [Accepted(OUTBOXED)] * len(submissions)
+        try:
+            OutboxJob.objects.using(self.using).filter(
+                job_id__in=[s.message.id for s in submissions]
+            ).delete()
+        except DatabaseError as exc:
+            # Sent, but the rows stay: the relay sends them again, which changes nothing.
+            logger.warning("outbox: sent, but could not delete the rows (%s): relayed again", exc)
+        return answers
+
+
+_backends: dict[str, OutboxBackend] = {}
+
+
+def backend(using: str) -> OutboxBackend:
+    """The fast path of database `using` (one object per alias, so that the enqueues of one
+    transaction share one round trip)."""
+    found = _backends.get(using)
+    if found is None:
+        found = _backends[using] = OutboxBackend(using)
+    return found
+
+
+def _request(row: OutboxJob) -> EnqueueRequest:
+    options = row.options
+    key = options.get("idempotency_key")
+    delay = float(options.get("delay") or 0.0)
+    eta = options.get("eta")
+    if eta is None and delay > 0:
+        # Due `delay` after the enqueue, not after the relay: a due time of its own.
+        eta = row.created_at.timestamp() + delay
+    idem = None if key is None else get_broker().keys(row.queue).idempotency(row.job, key)
+    return EnqueueRequest(
+        id=row.job_id,
+        queue=row.queue,
+        encoded=row.message,
+        delay=0.0,
+        eta=None if eta is None else float(eta),
+        idempotency_key=idem,
+        idempotency_window=float(options.get("idempotency_window") or 0.0),
+    )
+
+
+@dataclass(frozen=True)
+class Relayed:
+    """What one send of rows did."""
+
+    sent: int = 0
+    duplicates: int = 0
+    held: int = 0
+
+
+def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
+    """Send the rows' tasks in one round trip; delete the rows Redis accepted.
+
+    A duplicate idempotency key is logged with the original's id and its row deleted (the
+    original is on its way). Redis refusing the batch: each row is sent alone, and a refused
+    one is held (`hold`). BrokerUnavailable (Redis did not answer) propagates: every row stays.
+    """
+    if not rows:
+        return Relayed()
+    broker = get_broker()
+    requests = [_request(row) for row in rows]
+    try:
+        answers: list[Accepted | None] = list(broker.enqueue(requests))
+    except BrokerRefused:
+        answers = []
+        for row, request in zip(rows, requests, strict=True):
+            try:
+                answers += broker.enqueue([request])
+            except BrokerRefused as exc:
+                hold(row, f"Redis refused it: {exc}", using)
+                answers.append(None)
+    done, duplicates = [], 0
+    for row, accepted in zip(rows, answers, strict=True):
+        if accepted is None:
+            continue
+        if accepted.duplicate_of is not None:
+            duplicates += 1
+            key = str(row.options.get("idempotency_key"))
+            logger.info(
+                "outbox: %s; row removed", DuplicateJob(row.job, key, accepted.duplicate_of)
+            )
+        done.append(row.pk)
+    OutboxJob.objects.using(using).filter(pk__in=done).delete()
+    return Relayed(sent=len(done) - duplicates, duplicates=duplicates, held=len(rows) - len(done))
+
+
+def hold(row: OutboxJob, error: str, using: str) -> None:
+    """Count a failed send of `row`; try it again after a backoff (the rest go on meanwhile)."""
+    attempts = row.attempts + 1
+    wait = min(MOST_HOLD, FIRST_HOLD * 2 ** min(attempts - 1, 16))
+    retry_at = timezone.now() + timedelta(seconds=wait)
+    OutboxJob.objects.using(using).filter(pk=row.pk).update(
+        attempts=attempts, last_error=error, retry_at=retry_at
+    )
+    logger.warning(
+        "outbox: %s %s not sent (attempt %d): %s; tried again in %.0fs. Fix the cause (the "
+        "worker's JOBS['QUEUES'], a deploy of the job's code) or delete the row (OutboxJob "
+        "job_id=%s) if the job must not run", row.job, row.job_id, attempts, error, wait,
+        row.job_id,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Depth:
+    """The outbox of one database: rows waiting, the oldest one's creation, rows held back."""
+
+    rows: int
+    oldest: datetime | None
+    held: int
+
+    def oldest_age(self, now: datetime | None = None) -> float | None:
+        """Seconds since the oldest row was written (None when the outbox is empty)."""
+        if self.oldest is None:
+            return None
+        return max(0.0, ((now or timezone.now()) - self.oldest).total_seconds())
+
+
+def depth(using: str = DEFAULT_DB_ALIAS) -> Depth:
+    """Rows waiting in the outbox of `using` (one aggregate query)."""
+    rows = OutboxJob.objects.using(using)
+    found = rows.aggregate(rows=Count("pk"), oldest=Min("created_at"))
+    held = rows.filter(attempts__gt=0).count() if found["rows"] else 0
+    return Depth(rows=found["rows"], oldest=found["oldest"], held=held)
+
+
+def last_relay(using: str = DEFAULT_DB_ALIAS) -> OutboxRelay | None:
+    """The heartbeat row: which worker relayed last and when (None: no worker ever did)."""
+    return OutboxRelay.objects.using(using).filter(name=RELAY_ROW).first()
