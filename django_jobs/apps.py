@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import django
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 from django.views.debug import SafeExceptionReporterFilter
@@ -40,6 +41,9 @@ class DjangoJobsConfig(AppConfig):
         """Register checks, hide Redis URLs from the debug page and import every installed
         app's `jobs` module."""
         from django_jobs import checks, mail  # noqa: F401  (registers checks and mail jobs)
+
+        if django.VERSION >= (6, 0):  # the job that runs Django's @task functions
+            from django_jobs import tasks  # noqa: F401
 
         hide_redis_urls()
         autodiscover_modules("jobs")

@@ -80,7 +80,8 @@ def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
     queues = raw_settings()["QUEUES"]
     for name, job in sorted(registry.jobs.items()):
         problems = []
-        if job.queue not in queues and name not in EMAIL_JOBS:
+        # queue "": no class default, every enqueue names its queue (django_jobs.DjangoTask).
+        if job.queue and job.queue not in queues and name not in EMAIL_JOBS:
             problems.append(f"queue {job.queue!r} is not one of JOBS['QUEUES'] ({queues})")
         if job.max_attempts is not None and not is_valid_count(job.max_attempts):
             problems.append(f"max_attempts {job.max_attempts!r} is not a whole number >= 1")

@@ -53,6 +53,8 @@ class JobContext:
     #: Epoch seconds after which the run is interrupted with JobTimeout.
     deadline: float
     idempotency_key: str | None = None
+    #: The worker process running this attempt ("host:pid"); "" outside a worker.
+    worker_id: str = ""
 
 
 def encode(message: Message) -> str:

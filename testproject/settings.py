@@ -30,6 +30,7 @@ INSTALLED_APPS = [
     "django_jobs",
     "testproject.accounts",
     "testproject.probes",
+    "testproject.reports",
 ]
 
 MIDDLEWARE = [
@@ -82,6 +83,10 @@ JOBS = {
     # Any other JOBS key as JSON, e.g. JOBS_EXTRA='{"LEASE": 3}' (the worker tests use it).
     **env.json("JOBS_EXTRA", default={}),
 }
+
+# Django's tasks framework (Django 6.0 on) runs its @task functions on our workers.
+if django.VERSION >= (6, 0):
+    TASKS = {"default": {"BACKEND": "django_jobs.tasks.JobsBackend"}}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
