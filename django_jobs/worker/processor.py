@@ -107,9 +107,7 @@ class Processor:
         except DecodeError as exc:
             return verdict(delivery, message.job, policy.corrupt(str(exc)))
         number = delivery.attempts + 1
-        # The task's deliveries so far, this one included: its epoch (1 if not a number).
-        deliveries = int(delivery.epoch) if delivery.epoch.isdigit() else 1
-        attempt = Attempt(number, message.max_attempts, deliveries, job.backoff(number))
+        attempt = Attempt(number, message.max_attempts, _deliveries(delivery), job.backoff(number))
         context = JobContext(
             job_id=delivery.id,
             attempt=number,
@@ -126,7 +124,7 @@ class Processor:
         except Exception as exc:
             decision = policy.failed(exc, attempt)
         else:
-            decision = policy.COMPLETED
+            decision = policy.completed()
             if not ran:
                 logger.info(
                     "%s %s: an earlier run of this atomic task committed; acknowledged without "
@@ -144,22 +142,22 @@ class Processor:
         )  # fmt: skip
 
 
+def _deliveries(delivery: Delivery) -> int:
+    """The task's deliveries so far, this one included: its epoch (1 if not a number)."""
+    return int(delivery.epoch) if delivery.epoch.isdigit() else 1
+
+
+ACTIONS = {Fate.ACK: Action.ACK, Fate.RETRY: Action.RETRY, Fate.KILL: Action.KILL}
+
+
 def verdict(delivery: Delivery, job: str, decision: Decision, **fields: Any) -> Verdict:
     """What to write for a run the policy decided to ack, retry or kill."""
     d = decision
-    # `is` tests, not a dict keyed by Fate: an enum's hash is a Python call (the hot path).
-    if d.fate is Fate.ACK:
-        return Verdict(delivery.id, delivery.queue, delivery.epoch, job, Action.ACK, **fields)
-    if d.fate is Fate.RETRY:
-        action = Action.RETRY
-    elif d.fate is Fate.KILL:
-        action = Action.KILL
-    else:
-        raise ValueError(f"a verdict is an ack, a retry or a kill, not {d.fate}")
-    fields.pop("retention", None)
-    fields.update(delay=d.delay, error=d.error, traceback=d.traceback, spend=d.spend,
-                  unknown=d.unknown)  # fmt: skip
-    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, action, **fields)
+    if d.fate is not Fate.ACK:
+        fields.pop("retention", None)
+        fields.update(delay=d.delay, error=d.error, traceback=d.traceback, spend=d.spend,
+                      unknown=d.unknown)  # fmt: skip
+    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, ACTIONS[d.fate], **fields)
 
 
 def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) -> str | None:
