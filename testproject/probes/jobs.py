@@ -224,3 +224,10 @@ class HoldGilOnce(Job[Work]):
         if client.hsetnx(_key("crashed"), payload.tag, os.getpid()):
             sum(range(10**11))
         client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
+
+
+class Tally(Job[Work]):
+    """Count the runs of each tag (probe:tally), nothing else: the outbox's exactly-once tests."""
+
+    def run(self, payload: Work) -> None:
+        get_broker().client.hincrby(_key("tally"), payload.tag, 1)

@@ -24,10 +24,12 @@ FAST = {"LEASE": 3, "HEARTBEAT_INTERVAL": 1, "RECOVERER_INTERVAL": 1, "TIMEOUT_G
 class Worker:
     """One `manage.py runworker` process; output goes to a file the test can show."""
 
-    def __init__(self, url: str, namespace: str, log: Path) -> None:
+    def __init__(self, url: str, namespace: str, log: Path, database_url: str = "") -> None:
         self.url = url
         self.namespace = namespace
         self.log = log
+        #: The worker's database (default: a SQLite file of its own beside the log).
+        self.database_url = database_url or f"sqlite:///{log.parent / 'worker.sqlite3'}"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, *args: str, **jobs: Any) -> Worker:
@@ -36,7 +38,7 @@ class Worker:
             REDIS_URL=self.url,
             JOBS_NAMESPACE=self.namespace,
             JOBS_EXTRA=json.dumps({**FAST, **jobs}),
-            DATABASE_URL=f"sqlite:///{self.log.parent / 'worker.sqlite3'}",
+            DATABASE_URL=self.database_url,
             PYTHONUNBUFFERED="1",
         )
         with self.log.open("ab") as out:
