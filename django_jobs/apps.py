@@ -1,5 +1,5 @@
-"""App configuration: registers the system checks, discovers `jobs.py` modules, and keeps the
-Redis URL off Django's debug page."""
+"""App configuration: registers the system checks, discovers `jobs.py` and `flows.py` modules,
+and keeps the Redis URL off Django's debug page."""
 
 from __future__ import annotations
 
@@ -39,11 +39,13 @@ class DjangoJobsConfig(AppConfig):
 
     def ready(self) -> None:
         """Register checks, hide Redis URLs from the debug page and import every installed
-        app's `jobs` module."""
-        from django_jobs import checks, mail  # noqa: F401  (registers checks and mail jobs)
+        app's `jobs` and `flows` modules."""
+        # Registers the checks, the mail jobs and the flows' event job.
+        from django_jobs import checks, flows, mail  # noqa: F401
 
         if django.VERSION >= (6, 0):  # the job that runs Django's @task functions
             from django_jobs import tasks  # noqa: F401
 
         hide_redis_urls()
         autodiscover_modules("jobs")
+        autodiscover_modules("flows")

@@ -7,7 +7,7 @@ registers them and adds the checks that need the job registry or a database.
 |---------------------|----------------------------------------------------------------|
 | django_jobs.E001    | JOBS is not a dict                                             |
 | django_jobs.E002    | JOBS has a key django-jobs does not know (a typo?), or one whose |
-|                     | feature is not built yet (FLOW_REPLAY_LEASE)                   |
+|                     | feature is not built yet (NOT_BUILT in conf/defaults.py)       |
 | django_jobs.E003    | REDIS_URL is not a redis://, rediss:// or unix:// URL          |
 | django_jobs.E004    | NAMESPACE is empty or holds characters that break key names    |
 | django_jobs.E005    | QUEUES is empty, not a list of names, or repeats a name        |
@@ -22,6 +22,8 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E015    | queued mail has no real backend: a queued mailer names itself, |
 |                     | a queued mailer or a missing alias (in django_jobs/mail/checks) |
 | django_jobs.E016    | ENQUEUE_ON_COMMIT is not True or False                         |
+| django_jobs.E030    | FLOWS_NAMESPACE is not a queue name, or its queues are in QUEUES |
+| django_jobs.E031    | FLOW_REPLAY_RENEW is not shorter than FLOW_REPLAY_LEASE        |
 | django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 | django_jobs.W002    | OUTBOX is on and no worker has relayed the outbox for a while  |

@@ -31,6 +31,7 @@ INSTALLED_APPS = [
     "testproject.accounts",
     "testproject.probes",
     "testproject.reports",
+    "testproject.shop",
 ]
 
 MIDDLEWARE = [

@@ -91,11 +91,29 @@ class JobsSettings:
     email_queue: str
     #: JOBS["SCHEDULE"] as given (django_jobs.schedules checks and resolves it).
     schedule: dict[str, Any]
+    flows_namespace: str
+    flow_replay_lease: float
+    flow_replay_renew: float
+    flow_retention: float
+    flow_unknown_delay: float
+    flow_unknown_grace: float
 
     @property
     def enabled(self) -> bool:
         """Whether jobs run through Redis (REDIS_URL is set)."""
         return self.redis_url is not None
+
+    @property
+    def flow_queues(self) -> tuple[str, str]:
+        """The flows' queue pair: (events of started flows, starts)."""
+        return f"{self.flows_namespace}_critical", self.flows_namespace
+
+    @property
+    def served_queues(self) -> tuple[str, ...]:
+        """What a worker serves by default, in strict priority order: the flows' critical
+        queue, JOBS["QUEUES"], then the flows' start queue."""
+        critical, start = self.flow_queues
+        return (critical, *self.queues, start)
 
 
 def to_seconds(value: float | timedelta) -> float:

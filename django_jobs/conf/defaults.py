@@ -74,13 +74,24 @@ DEFAULTS: dict[str, Any] = {
     # Schedules by name: {"job": ..., "cron": "0 3 * * *" or "every": 30, ...}; checked by
     # django_jobs.schedules (E020-E027), not here.
     "SCHEDULE": {},
+    # Flows (django_jobs.flows): their queue pair is <FLOWS_NAMESPACE>_critical (events of
+    # started flows, served first of all) and <FLOWS_NAMESPACE> (starts, served last).
+    "FLOWS_NAMESPACE": "flows",
+    # Seconds a flow's replay lease lasts unless renewed, and between two renewals by the
+    # worker's supervisor: two workers never replay one call at once.
+    "FLOW_REPLAY_LEASE": 30,
+    "FLOW_REPLAY_RENEW": 10,
+    # Seconds a finished flow run (its status, metadata and memoised values) is kept.
+    "FLOW_RETENTION": 7 * 86400,
+    # Seconds before a worker that does not know a flow publishes its event again, and for how
+    # long in all before the event goes dead (rolling deploys).
+    "FLOW_UNKNOWN_DELAY": 1,
+    "FLOW_UNKNOWN_GRACE": 600,
 }
 
 #: Keys of the design that nothing reads yet, with the feature that will: setting one is check
 #: E002 saying so, rather than a value silently ignored.
-NOT_BUILT: dict[str, str] = {
-    "FLOW_REPLAY_LEASE": "flows",
-}
+NOT_BUILT: dict[str, str] = {}
 
 #: Keys whose value is a duration in seconds (a number or a timedelta).
 DURATIONS = frozenset(
@@ -100,6 +111,11 @@ DURATIONS = frozenset(
         "UNKNOWN_JOB_DELAY",
         "UNKNOWN_JOB_GRACE",
         "PROCESSED_RETENTION",
+        "FLOW_REPLAY_LEASE",
+        "FLOW_REPLAY_RENEW",
+        "FLOW_RETENTION",
+        "FLOW_UNKNOWN_DELAY",
+        "FLOW_UNKNOWN_GRACE",
     }
 )
 #: Durations and counts for which 0 is meaningful (see DEFAULTS).

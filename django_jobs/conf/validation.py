@@ -216,6 +216,7 @@ def settings_errors() -> list[Error]:
                 )
             )
     errors += _check_email(raw)
+    errors += _check_flows(raw)
     beat, lease = raw["HEARTBEAT_INTERVAL"], raw["LEASE"]
     if is_valid_duration(beat) and is_valid_duration(lease):
         seconds = [v.total_seconds() if isinstance(v, timedelta) else v for v in (beat, lease)]
@@ -228,6 +229,43 @@ def settings_errors() -> list[Error]:
                     "Leases would expire between heartbeats and running tasks "
                     "would be handed to other workers; keep the interval at a "
                     "third of the lease or less.",
+                )
+            )
+    return errors
+
+
+def _check_flows(raw: dict[str, Any]) -> list[Error]:
+    """FLOWS_NAMESPACE names a queue pair of its own; the replay lease outlives its renewals."""
+    errors = []
+    ns, queues = raw["FLOWS_NAMESPACE"], raw["QUEUES"]
+    if not _is_name(ns):
+        errors.append(
+            error(
+                30,
+                f"JOBS['FLOWS_NAMESPACE'] is {ns!r}, not a usable queue name.",
+                "Use a short name of letters, digits, '_', '-' or '.', such as 'flows'.",
+            )
+        )
+    elif isinstance(queues, Sequence) and {ns, f"{ns}_critical"} & set(queues):
+        errors.append(
+            error(
+                30,
+                f"JOBS['FLOWS_NAMESPACE'] {ns!r} names the queues {ns!r} and {ns + '_critical'!r}"
+                f", and one of them is already in JOBS['QUEUES'].",
+                "Give flows a namespace of their own: jobs and flow events must not share a queue.",
+            )
+        )
+    renew, lease = raw["FLOW_REPLAY_RENEW"], raw["FLOW_REPLAY_LEASE"]
+    if is_valid_duration(renew) and is_valid_duration(lease):
+        seconds = [v.total_seconds() if isinstance(v, timedelta) else v for v in (renew, lease)]
+        if seconds[0] >= seconds[1]:
+            errors.append(
+                error(
+                    31,
+                    f"JOBS['FLOW_REPLAY_RENEW'] ({renew}) is not shorter than "
+                    f"JOBS['FLOW_REPLAY_LEASE'] ({lease}).",
+                    "A replay lease would expire between renewals and two workers could replay "
+                    "one flow at once; keep the renewal at a third of the lease or less.",
                 )
             )
     return errors

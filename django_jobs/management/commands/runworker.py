@@ -42,11 +42,12 @@ class Command(BaseCommand):
             _log_to_stderr()
             schedules_off(settings)
             return
-        queues = options["queues"].split(",") if options["queues"] else list(settings.queues)
-        unknown = [q for q in queues if q not in settings.queues]
+        served = settings.served_queues  # the flows' queue pair too (see docs/flows.rst)
+        queues = options["queues"].split(",") if options["queues"] else list(served)
+        unknown = [q for q in queues if q not in served]
         if unknown:
             raise CommandError(
-                f"Unknown queue(s) {', '.join(unknown)}; configured: {', '.join(settings.queues)}."
+                f"Unknown queue(s) {', '.join(unknown)}; configured: {', '.join(served)}."
             )
         concurrency = options["concurrency"] or settings.concurrency
         if concurrency < 1:

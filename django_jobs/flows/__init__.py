@@ -1,0 +1,47 @@
+"""Durable flows: multi-step work as one plain Python function, replayed on our own broker.
+
+    class CloseOrder(Flow[CloseOrderInput]):
+        def run(self, ctx, input):
+            order = ctx.step("create", create_order, input.cart_id)
+            ctx.sleep("grace", timedelta(minutes=30))
+            paid, received = ctx.wait_for_signal("paid", timeout=timedelta(days=1))
+            ...
+
+See docs/flows.rst: the replay model and its one rule (code outside steps is deterministic),
+storage, fencing, queues and namespaces.
+"""
+
+from django_jobs.flows.base import Flow, registry
+from django_jobs.flows.context import Context
+from django_jobs.flows.engine import FlowEvent
+from django_jobs.flows.errors import FlowError, StepFailed, UnknownFlow
+from django_jobs.flows.events import FlowEventPayload
+from django_jobs.flows.runs import (
+    STATUSES,
+    Run,
+    RunPage,
+    StepInfo,
+    cancel,
+    get_run,
+    list_runs,
+    send_signal,
+)
+
+__all__ = [
+    "STATUSES",
+    "Context",
+    "Flow",
+    "FlowError",
+    "FlowEvent",
+    "FlowEventPayload",
+    "Run",
+    "RunPage",
+    "StepFailed",
+    "StepInfo",
+    "UnknownFlow",
+    "cancel",
+    "get_run",
+    "list_runs",
+    "registry",
+    "send_signal",
+]

@@ -1,0 +1,131 @@
+"""`Flow[Input]`: the base class of every flow, its registry, and `start`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import typing
+import uuid
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from django.db import transaction
+
+from django_jobs.flows.errors import FlowError, UnknownFlow
+from django_jobs.jobs import _default_name
+from django_jobs.message import payload_to_json
+
+if TYPE_CHECKING:
+    from django_jobs.flows.context import Context
+
+I = TypeVar("I")  # noqa: E741
+
+#: A call id goes inside Redis key names (and their hash tag): no braces, colons or spaces.
+CALL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+
+
+class Flow(Generic[I]):
+    """Subclass with a dataclass input type and implement `run(self, ctx, input)`.
+
+    `run` is replayed from the top on every event of a call: steps already done return their
+    memoised value instead of running again. Its one rule: code outside steps must be
+    deterministic (the same on every replay), so time, randomness and I/O go in steps.
+    """
+
+    #: Registered name; defaults to "<app_label>.<ClassName>". Keep it stable across deploys.
+    name: ClassVar[str]
+    #: The input dataclass, taken from `Flow[Input]`.
+    input_type: ClassVar[type[Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        input_type = _input_type(cls)
+        if input_type is None:
+            return  # still generic: an abstract base for other flows
+        cls.input_type = input_type
+        if "name" not in cls.__dict__:
+            cls.name = _default_name(cls)
+        registry.add(cls)
+
+    def run(self, ctx: Context, input: I) -> Any:
+        """The story, as plain Python: steps, sleeps, waits. Return the run's output (JSON)."""
+        raise NotImplementedError(f"{type(self).__qualname__} must implement run(ctx, input)")
+
+    def on_success(self, ctx: Context, output: Any) -> None:
+        """Called once the run has succeeded (after its output is recorded)."""
+
+    def on_failure(self, ctx: Context, error: BaseException) -> None:
+        """Called once the run has failed (after its error is recorded); not for cancel()."""
+
+    @classmethod
+    def start(
+        cls,
+        input: I,
+        *,
+        call_id: str | None = None,
+        idempotency_key: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        on_commit: bool = False,
+    ) -> str:
+        """Start a run of this flow with `input` and return its call id.
+
+        A duplicate idempotency key (within JOBS["IDEMPOTENCY_WINDOW"]) returns the call id
+        of the run that holds it, starting nothing; so does a call id already started.
+        on_commit: start when the surrounding transaction commits (the call id is returned at
+        once; a duplicate is then found, and logged, at the commit).
+        """
+        from django_jobs.flows.events import start_call
+
+        data = payload_to_json(input, cls.input_type)
+        meta = metadata or {}
+        if not isinstance(meta, dict) or json.loads(json.dumps(meta)) != meta:
+            raise FlowError(f"metadata must be a dict that survives JSON, got {meta!r}")
+        if call_id is None:
+            call_id = uuid.uuid4().hex
+        elif not (isinstance(call_id, str) and CALL_ID_RE.match(call_id)):
+            raise ValueError(
+                f"call_id must be 1 to 100 letters, digits, '_', '-' or '.', got {call_id!r}"
+            )
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not
+                                            idempotency_key):  # fmt: skip
+            raise ValueError(f"idempotency_key must be a non-empty str, got {idempotency_key!r}")
+        if on_commit and transaction.get_connection().in_atomic_block:
+            transaction.on_commit(
+                lambda: start_call(cls.name, call_id, data, meta, idempotency_key)
+            )
+            return call_id
+        return start_call(cls.name, call_id, data, meta, idempotency_key)
+
+
+def _input_type(cls: type) -> type[Any] | None:
+    for base in getattr(cls, "__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Flow):
+            arg = typing.get_args(base)[0]
+            if isinstance(arg, TypeVar):
+                return None
+            if not (isinstance(arg, type) and dataclasses.is_dataclass(arg)):
+                raise TypeError(f"{cls.__qualname__}: the input type {arg!r} is not a dataclass")
+            return arg
+    inherited: type[Any] | None = getattr(cls, "input_type", None)
+    return inherited
+
+
+class FlowRegistry:
+    """Flow classes by registered name."""
+
+    def __init__(self) -> None:
+        self.flows: dict[str, type[Flow[Any]]] = {}
+
+    def add(self, cls: type[Flow[Any]]) -> None:
+        self.flows[cls.name] = cls
+
+    def get(self, name: str) -> type[Flow[Any]]:
+        """The flow class registered as name, or raise UnknownFlow."""
+        try:
+            return self.flows[name]
+        except KeyError:
+            raise UnknownFlow(name) from None
+
+
+registry = FlowRegistry()

@@ -1,0 +1,157 @@
+"""The replay: what a worker does with one flow event.
+
+1. Find the flow class. Unknown here (a rolling deploy): publish the event again after
+   JOBS["FLOW_UNKNOWN_DELAY"], and after JOBS["FLOW_UNKNOWN_GRACE"] let it go dead with
+   "unknown flow X: is this worker's code up to date?".
+2. An event whose worker died under it is published afresh (the per-step crash count bounds a
+   step that kills its worker; the event's own would strand the call after MAX_CRASHES).
+3. Take the call's replay lease under a new epoch and read its state: one round trip. Busy
+   (another replay holds it): publish the event again shortly, so that what it brings (a
+   signal) is seen. Finished or gone: nothing to do.
+4. Run the flow from the top. Steps done return their memoised values; the first one not done
+   runs. A sleep, a wait or a backoff records itself, releases the lease and publishes its timer
+   (a delayed event in the scheduled set); the end records the output or the error, releases
+   the lease and starts the retention clock; then the hooks run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from django_jobs.broker.flows import dumps
+from django_jobs.exceptions import LeaseLost
+from django_jobs.flows.base import Flow, registry
+from django_jobs.flows.context import Context
+from django_jobs.flows.errors import Canceled, ReplayLost, StepFailed, Suspend, UnknownFlow
+from django_jobs.flows.events import FLOW_EVENT, FlowEventPayload, publish, store
+from django_jobs.jobs import Fail, Job
+from django_jobs.message import JobContext, payload_from_json
+
+logger = logging.getLogger("django_jobs.flows")
+
+#: Bounds of the delay before a busy call's event is offered again, in seconds.
+BUSY_DELAY = (0.05, 1.0)
+
+
+class FlowEvent(Job[FlowEventPayload]):
+    """Replay one flow call (the engine's job: see django_jobs.flows)."""
+
+    name = FLOW_EVENT
+    queue = ""  # every event names its queue: one of the flows' pair (events.publish)
+    retention = 0  # an event is done once replayed: keep nothing
+    # Attempts are the engine's (per step); an event that raises is a bug of the engine.
+    max_attempts = 3
+
+    def run(self, payload: FlowEventPayload) -> None:
+        replay(payload, self.context)
+
+
+def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
+    """Replay one call for one event (the FlowEvent job's run)."""
+    s = store()
+    try:
+        flow_cls = registry.get(payload.flow)
+    except UnknownFlow as exc:
+        since = payload.unknown_since or time.time()
+        grace = s.settings.flow_unknown_grace
+        if time.time() - since >= grace:
+            raise Fail(f"{exc} (bounced for {grace:g}s)") from None
+        logger.warning("flow event for call %s put back: %s", payload.call_id, exc)
+        publish(payload.call_id, payload.flow, delay=s.settings.flow_unknown_delay,
+                unknown_since=since)  # fmt: skip
+        return
+    if event is not None and event.crashes:
+        publish(payload.call_id, payload.flow)  # a fresh event, with no crash counted
+        return
+    acquired = s.acquire(payload.call_id)
+    if acquired.kind == "busy":
+        delay = min(max(acquired.pttl / 1000, BUSY_DELAY[0]), BUSY_DELAY[1])
+        publish(payload.call_id, payload.flow, delay=delay)
+        return
+    if acquired.kind != "ok":
+        return  # finished (a duplicate or late event) or gone (past its retention)
+    ctx = Context(s, payload.call_id, flow_cls.name, acquired.epoch, acquired.meta,
+                  acquired.status, event)  # fmt: skip
+    run(flow_cls, ctx)
+
+
+def run(flow_cls: type[Flow[Any]], ctx: Context) -> None:
+    """Run the flow's code under ctx's lease, and record how this replay ended."""
+    flow = flow_cls()
+    try:
+        data = json.loads(ctx._meta["input"])
+        output = flow.run(ctx, payload_from_json(data, flow_cls.input_type))
+        problem = _output_problem(output)
+        if problem:
+            raise StepFailed("(output)", f"the flow's output {problem}")
+    except Suspend as suspended:
+        if suspended.wake_at is not None:
+            publish(ctx.call_id, ctx.flow, delay=suspended.wake_at - time.time())
+        return
+    except ReplayLost:
+        logger.warning("flow %s %s: replay lease lost (another replay took the call); this "
+                       "replay stops, writing nothing", ctx.flow, ctx.call_id)  # fmt: skip
+        return
+    except (Canceled, LeaseLost) as stopped:
+        if isinstance(stopped, LeaseLost) and not _cancel_asked(ctx):
+            raise  # the event's lease is lost: nothing is written, the task is another's
+        _finish(ctx, "canceled")
+        return
+    except Exception as exc:
+        error = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
+        if _finish(ctx, "failed", error=error[:2000]):
+            _hook(flow.on_failure, ctx, exc)
+        return
+    if _finish(ctx, "succeeded", output=_dump(output)):
+        _hook(flow.on_success, ctx, output)
+
+
+def _dump(output: Any) -> str:
+    import dataclasses
+
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        output = dataclasses.asdict(output)
+    return dumps(output)
+
+
+def _output_problem(output: Any) -> str:
+    import dataclasses
+
+    from django_jobs.flows.steps import refuse_non_json
+
+    if dataclasses.is_dataclass(output) and not isinstance(output, type):
+        output = dataclasses.asdict(output)
+    return refuse_non_json(output)
+
+
+def _cancel_asked(ctx: Context) -> bool:
+    (state,) = ctx.store.read([ctx.call_id])
+    return state is not None and "cancel" in state.meta
+
+
+def _finish(ctx: Context, status: str, *, output: str = "", error: str = "") -> bool:
+    """Record the end of the run; False when this replay may no longer write."""
+    meta = {"status": status}
+    if status == "succeeded":
+        meta["output"] = output
+    else:
+        meta["error"] = error
+    if status == "canceled":
+        (state,) = ctx.store.read([ctx.call_id])
+        meta["error"] = f"canceled: {state.meta.get('cancel', '') if state else ''}"
+    try:
+        ctx.write("finish", meta=meta)
+    except (ReplayLost, Canceled):
+        return False
+    logger.info("flow %s %s %s%s", ctx.flow, ctx.call_id, status, f": {error}" if error else "")
+    return True
+
+
+def _hook(hook: Any, ctx: Context, value: Any) -> None:
+    try:
+        hook(ctx, value)
+    except Exception:
+        logger.exception("flow %s %s: %s raised", ctx.flow, ctx.call_id, hook.__name__)

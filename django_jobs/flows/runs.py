@@ -1,0 +1,170 @@
+"""Outside a flow: signals, cancel, and the run's state (get_run, list_runs)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django_jobs.broker.flows import CallState, dumps
+from django_jobs.flows.errors import FlowError
+from django_jobs.flows.events import publish, store
+from django_jobs.flows.steps import refuse_non_json
+
+#: The statuses of a run, as get_run and list_runs report them.
+STATUSES = ("running", "sleeping", "waiting", "succeeded", "failed", "canceled")
+FINISHED = ("succeeded", "failed", "canceled")
+
+
+def send_signal(call_id: str, name: str, value: Any = None) -> bool:
+    """Deliver the signal `name` to a call; True if it was taken.
+
+    The first signal of a name wins (later ones: False); one sent before the flow waits for it
+    is kept for that wait; one sent after that wait timed out is False, and no replay ever
+    turns that timed-out wait into a received one. False too for a call that has ended or
+    does not exist. The value must survive JSON (refused here, with FlowError).
+    """
+    problem = refuse_non_json(value)
+    if problem:
+        raise FlowError(f"signal {name!r}: its value {problem}")
+    s = store()
+    answer = s.signal(call_id, name, dumps(value))
+    if answer == "wake":
+        (state,) = s.read([call_id])
+        if state is not None:
+            publish(call_id, state.meta.get("flow", ""))
+    return answer in ("wake", "kept")
+
+
+def cancel(call_id: str, reason: str = "") -> bool:
+    """Cancel a call: a sleeping or waiting run ends now (status "canceled"); a running one is
+    asked to stop (its running step is interrupted, and the run ends as canceled). False for a
+    call that has ended or does not exist."""
+    return store().cancel(call_id, reason or "canceled") in ("canceled", "requested")
+
+
+def _at(value: Any) -> datetime | None:
+    try:
+        return None if value in (None, "") else datetime.fromtimestamp(float(value), UTC)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    """One step (or sleep, wait, parallel, or item of a parallel) of a run."""
+
+    name: str
+    kind: str
+    state: str
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    error: str = ""
+    #: A sleep's wake time, a wait's deadline or a step's next run, if any.
+    next_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    """A flow call as get_run and list_runs report it."""
+
+    call_id: str
+    flow: str
+    status: str
+    input: dict[str, Any]
+    metadata: dict[str, Any]
+    output: Any = None
+    error: str = ""
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    steps: list[StepInfo] = field(default_factory=list)
+
+
+def _run(state: CallState) -> Run:
+    m = state.meta
+    steps = []
+    for key, raw in state.status.items():
+        kind, _, name = key.partition(":")
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            continue
+        steps.append(
+            StepInfo(
+                name=name, kind=kind, state=str(rec.get("state", "")),
+                attempts=int(rec.get("attempts", 0)), started_at=_at(rec.get("started_at")),
+                finished_at=_at(rec.get("finished_at")), error=str(rec.get("error", "")),
+                next_at=_at(rec.get("next_at") or rec.get("wake_at") or rec.get("deadline")),
+            )
+        )  # fmt: skip
+    steps.sort(key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.name))
+    return Run(
+        call_id=state.call_id,
+        flow=m.get("flow", ""),
+        status=m.get("status", ""),
+        input=json.loads(m.get("input") or "{}"),
+        metadata=json.loads(m.get("metadata") or "{}"),
+        output=json.loads(m["output"]) if "output" in m else None,
+        error=m.get("error", ""),
+        created_at=_at(m.get("created_at")),
+        finished_at=_at(m.get("finished_at")),
+        steps=steps,
+    )
+
+
+def get_run(call_id: str) -> Run | None:
+    """The run of a call, or None if there is none (never started, or past its retention)."""
+    (state,) = store().read([call_id])
+    return None if state is None else _run(state)
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """One page of list_runs, newest first."""
+
+    runs: list[Run]
+    page: int
+    per_page: int
+    has_next: bool
+
+
+def list_runs(
+    flow: str | type | None = None,
+    status: str | None = None,
+    *,
+    page: int = 1,
+    per_page: int = 50,
+) -> RunPage:
+    """A page of runs, newest first: of one flow (its name or class) and/or one status.
+
+    Without a status, a page is one range of the index; with one, the index is read in chunks
+    until the page is full (runs past their retention are dropped from the index as met).
+    """
+    if status is not None and status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    if page < 1 or per_page < 1:
+        raise ValueError("page and per_page must be 1 or more")
+    name = flow if isinstance(flow, str) or flow is None else getattr(flow, "name", "")
+    s = store()
+    skip, want, offset = (page - 1) * per_page, per_page + 1, 0
+    found: list[Run] = []
+    chunk = max(per_page * 2, 100) if status else per_page + 1
+    if not status:
+        offset = skip
+    while len(found) < want:
+        _, ids = s.call_ids(name, offset, offset + chunk - 1)
+        if not ids:
+            break
+        offset += len(ids)
+        states = s.read(ids)
+        s.forget(name or "", [i for i, st in zip(ids, states, strict=True) if st is None])
+        for st in states:
+            if st is None or (status and st.meta.get("status") != status):
+                continue
+            if status and skip:
+                skip -= 1
+                continue
+            found.append(_run(st))
+    return RunPage(found[:per_page], page, per_page, len(found) > per_page)

@@ -1,0 +1,123 @@
+"""Test flows: each step records that it ran in Redis (the tests' namespace), so a test can
+tell that no recorded step ever ran twice."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from django.conf import settings
+
+from django_jobs.flows import Context, Flow
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.JOBS["REDIS_URL"])
+
+
+def _probe(name: str) -> str:
+    return f"{settings.JOBS.get('NAMESPACE', 'jobs')}:probe:{name}"
+
+
+def record(call_id: str, step: str, pause: float = 0.0) -> str:
+    """A step's body: count its run, optionally pause (a window to kill the worker in)."""
+    client = _redis()
+    client.rpush(_probe("steps"), f"{call_id}:{step}:{os.getpid()}")
+    if pause:
+        time.sleep(pause)
+    return f"{step}-done"
+
+
+@dataclass
+class Steps:
+    n: int = 3
+    pause: float = 0.0
+    label: str = ""
+
+
+class StepsFlow(Flow[Steps]):
+    """n steps in a row; returns their values."""
+
+    def run(self, ctx: Context, input: Steps) -> Any:
+        return [
+            ctx.step(f"s{i}", record, ctx.call_id, f"s{i}", input.pause) for i in range(input.n)
+        ]
+
+
+@dataclass
+class Nap:
+    seconds: float = 1.0
+
+
+class NapFlow(Flow[Nap]):
+    def run(self, ctx: Context, input: Nap) -> Any:
+        before = ctx.step("before", record, ctx.call_id, "before")
+        ctx.sleep("nap", input.seconds)
+        return [before, ctx.step("after", record, ctx.call_id, "after")]
+
+
+@dataclass
+class Wait:
+    timeout: float | None = None
+    early: bool = False
+
+
+class WaitFlow(Flow[Wait]):
+    def run(self, ctx: Context, input: Wait) -> Any:
+        value, received = ctx.wait_for_signal("go", timeout=input.timeout)
+        return {"value": value, "received": received}
+
+
+def _concurrent(call_id: str, i: int, pause: float) -> int:
+    client = _redis()
+    now = client.incr(_probe("running"))
+    client.rpush(_probe("concurrency"), now)
+    try:
+        if pause:
+            time.sleep(pause)
+    finally:
+        client.decr(_probe("running"))
+    return i
+
+
+@dataclass
+class FanOut:
+    n: int = 100
+    limit: int = 10
+    pause: float = 0.0
+
+
+class FanOutFlow(Flow[FanOut]):
+    def run(self, ctx: Context, input: FanOut) -> Any:
+        calls = [(lambda i=i: _concurrent(ctx.call_id, i, input.pause)) for i in range(input.n)]
+        values = ctx.parallel("items", calls, limit=input.limit)
+        return sum(values)
+
+
+@dataclass
+class Flaky:
+    failures: int = 1
+    attempts: int = 3
+    hooks: list[str] = field(default_factory=list)
+
+
+def flaky(call_id: str, failures: int) -> str:
+    runs = _redis().incr(_probe(f"flaky:{call_id}"))
+    if runs <= failures:
+        raise RuntimeError(f"failure {runs}")
+    return "ok"
+
+
+class FlakyFlow(Flow[Flaky]):
+    def run(self, ctx: Context, input: Flaky) -> Any:
+        return ctx.step("flaky", flaky, ctx.call_id, input.failures,
+                        max_attempts=input.attempts, backoff=0.05)  # fmt: skip
+
+    def on_success(self, ctx: Context, output: Any) -> None:
+        _redis().rpush(_probe("hooks"), f"{ctx.call_id}:success:{output}")
+
+    def on_failure(self, ctx: Context, error: BaseException) -> None:
+        _redis().rpush(_probe("hooks"), f"{ctx.call_id}:failure:{error}")

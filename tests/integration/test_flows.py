@@ -1,0 +1,214 @@
+"""Flows on the real Redis, driven in this process (run_burst on the flows' queues)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from django_jobs.broker.factory import get_broker
+from django_jobs.conf import get_settings
+from django_jobs.flows import FlowError, cancel, get_run, list_runs, send_signal
+from django_jobs.testing import run_burst
+from testproject.shop.flows import (
+    FanOut,
+    FanOutFlow,
+    Flaky,
+    FlakyFlow,
+    Nap,
+    NapFlow,
+    Steps,
+    StepsFlow,
+    Wait,
+    WaitFlow,
+)
+from tests.conftest import RedisNamespace, wait_until
+
+
+def drain() -> None:
+    run_burst(list(get_settings().flow_queues))
+
+
+def steps_run(ns: RedisNamespace) -> list[str]:
+    return [x.decode() for x in ns.client.lrange(f"{ns.namespace}:probe:steps", 0, -1)]
+
+
+def test_steps__a_three_step_flow_succeeds_each_step_once(redis_ns: RedisNamespace) -> None:
+    call = StepsFlow.start(Steps(n=3))
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
+    assert run.output == ["s0-done", "s1-done", "s2-done"]
+    assert [s.name for s in run.steps] == ["s0", "s1", "s2"]
+    assert all(s.state == "done" and s.attempts == 1 for s in run.steps)
+    assert [s.split(":")[1] for s in steps_run(redis_ns)] == ["s0", "s1", "s2"]
+
+
+def test_steps__a_duplicate_event_replays_without_running_a_step(redis_ns: RedisNamespace) -> None:
+    from django_jobs.flows.events import publish
+
+    call = StepsFlow.start(Steps(n=3))
+    drain()
+    publish(call, StepsFlow.name)
+    publish(call, StepsFlow.name)
+    drain()
+    assert len(steps_run(redis_ns)) == 3
+
+
+def test_start__idempotency_key_returns_the_original_call(redis_ns: RedisNamespace) -> None:
+    first = StepsFlow.start(Steps(n=1), idempotency_key="order-1")
+    second = StepsFlow.start(Steps(n=1), idempotency_key="order-1")
+    assert second == first
+    assert StepsFlow.start(Steps(n=1), call_id="mine") == "mine"
+    drain()
+    assert len(steps_run(redis_ns)) == 2
+
+
+def test_start__metadata_is_in_ctx_and_run(redis_ns: RedisNamespace) -> None:
+    call = StepsFlow.start(Steps(n=1), metadata={"user": 7})
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.metadata == {"user": 7}
+
+
+def test_step__retried_after_backoff_then_succeeds_and_hook_runs(redis_ns: RedisNamespace) -> None:
+    call = FlakyFlow.start(Flaky(failures=2, attempts=3))
+    wait_until(lambda: drain() or ((get_run(call) or None) and get_run(call).status == "succeeded"),
+               timeout=10)  # fmt: skip
+    run = get_run(call)
+    assert run is not None
+    assert run.steps[0].attempts == 3
+    hooks = [h.decode() for h in redis_ns.client.lrange(f"{redis_ns.namespace}:probe:hooks", 0, -1)]
+    assert hooks == [f"{call}:success:ok"]
+
+
+def test_step__attempts_spent_fail_the_run(redis_ns: RedisNamespace) -> None:
+    call = FlakyFlow.start(Flaky(failures=5, attempts=2))
+    wait_until(lambda: drain() or get_run(call).status == "failed", timeout=10)  # type: ignore[union-attr]
+    run = get_run(call)
+    assert run is not None
+    assert "step 'flaky' failed: RuntimeError: failure 2" in run.error
+    hooks = [h.decode() for h in redis_ns.client.lrange(f"{redis_ns.namespace}:probe:hooks", 0, -1)]
+    assert hooks[0].startswith(f"{call}:failure:")
+
+
+def test_sleep__is_a_timer_and_the_run_sleeps(redis_ns: RedisNamespace) -> None:
+    call = NapFlow.start(Nap(seconds=0.3))
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "sleeping"
+    assert get_broker().client.zcard(f"{redis_ns.namespace}:{{flows_critical}}:scheduled") == 1
+    wait_until(lambda: drain() or get_run(call).status == "succeeded", timeout=5)  # type: ignore[union-attr]
+    assert [s.split(":")[1] for s in steps_run(redis_ns)] == ["before", "after"]
+
+
+def test_signal__kept_when_early_first_wins(redis_ns: RedisNamespace) -> None:
+    call = WaitFlow.start(Wait())
+    assert send_signal(call, "go", {"n": 1}) is True
+    assert send_signal(call, "go", {"n": 2}) is False
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
+    assert run.output == {"value": {"n": 1}, "received": True}
+
+
+def test_signal__wakes_a_waiting_flow(redis_ns: RedisNamespace) -> None:
+    call = WaitFlow.start(Wait())
+    drain()
+    assert get_run(call).status == "waiting"  # type: ignore[union-attr]
+    assert send_signal(call, "go", 5) is True
+    drain()
+    assert get_run(call).output == {"value": 5, "received": True}  # type: ignore[union-attr]
+    assert send_signal(call, "go", 6) is False
+
+
+def test_signal__after_the_wait_timed_out_is_false_for_ever(redis_ns: RedisNamespace) -> None:
+    call = WaitFlow.start(Wait(timeout=0.2))
+    drain()
+    wait_until(lambda: drain() or get_run(call).status == "succeeded", timeout=5)  # type: ignore[union-attr]
+    assert get_run(call).output == {"value": None, "received": False}  # type: ignore[union-attr]
+    assert send_signal(call, "go", 1) is False
+
+
+def test_signal__late_to_a_timed_out_wait_of_a_running_flow(redis_ns: RedisNamespace) -> None:
+    # The wait has timed out but the run has not ended: the signal is still refused.
+    ns = redis_ns.namespace
+    call = WaitFlow.start(Wait(timeout=0.2))
+    drain()
+    status = f"{ns}:flows:{{{call}}}_status"
+    redis_ns.client.hset(status, "wait:go", json.dumps({"state": "timed_out"}))
+    assert send_signal(call, "go", 1) is False
+
+
+def test_signal__value_must_survive_json(redis_ns: RedisNamespace) -> None:
+    call = WaitFlow.start(Wait())
+    with pytest.raises(FlowError, match="JSON"):
+        send_signal(call, "go", {1, 2})
+    assert send_signal("no-such-call", "go", 1) is False
+
+
+def test_cancel__a_waiting_flow_ends_at_once(redis_ns: RedisNamespace) -> None:
+    call = WaitFlow.start(Wait())
+    drain()
+    assert cancel(call, "changed my mind") is True
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "canceled"
+    assert "changed my mind" in run.error
+    assert cancel(call, "again") is False
+    assert send_signal(call, "go", 1) is False
+
+
+def test_parallel__all_items_with_limit(redis_ns: RedisNamespace) -> None:
+    call = FanOutFlow.start(FanOut(n=50, limit=5, pause=0.002))
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded", run
+    assert run.output == sum(range(50))
+    seen = [
+        int(x) for x in redis_ns.client.lrange(f"{redis_ns.namespace}:probe:concurrency", 0, -1)
+    ]
+    assert len(seen) == 50
+    assert max(seen) <= 5
+
+
+def test_list_runs__by_flow_and_status_paged(redis_ns: RedisNamespace) -> None:
+    calls = [StepsFlow.start(Steps(n=1)) for _ in range(3)]
+    waiting = WaitFlow.start(Wait())
+    drain()
+    page = list_runs(flow=StepsFlow, page=1, per_page=2)
+    assert [r.call_id for r in page.runs] == calls[::-1][:2]
+    assert page.has_next
+    assert [r.call_id for r in list_runs(flow=StepsFlow, page=2, per_page=2).runs] == calls[:1]
+    assert [r.call_id for r in list_runs(status="waiting").runs] == [waiting]
+    assert len(list_runs(status="succeeded").runs) == 3
+
+
+def test_step__name_used_twice_is_an_error_naming_it(redis_ns: RedisNamespace) -> None:
+    from dataclasses import dataclass
+
+    from django_jobs.flows import Flow
+
+    @dataclass
+    class In:
+        x: int = 0
+
+    class Twice(Flow[In]):
+        name = "tests.Twice"
+
+        def run(self, ctx: Any, input: In) -> Any:
+            ctx.step("a", lambda: 1)
+            ctx.step("a", lambda: 2)
+
+    call = Twice.start(In())
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "failed"
+    assert "'a' is used twice" in run.error
