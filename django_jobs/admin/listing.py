@@ -40,10 +40,15 @@ class Row:
 
     task: TaskInfo
     url: str
-    #: (TaskInfo attribute, value) for each of the state's COLUMNS.
-    cells: list[tuple[str, object]]
+    #: (TaskInfo attribute, value, heading) for each of the state's COLUMNS.
+    cells: list[tuple[str, object, str]]
     #: The idempotency key split around the searched text: (before, match, after), or None.
     matched: tuple[str, str, str] | None = None
+
+    @property
+    def job_parts(self) -> list[str]:
+        """The job's dotted name in parts, so that it can break at its dots."""
+        return (self.task.job or "").split(".")
 
 
 @dataclass(frozen=True)

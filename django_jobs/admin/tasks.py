@@ -168,10 +168,10 @@ class TaskAdmin(JobsAdmin):
         }
 
     def row(self, task: TaskInfo, state: str, key_query: str = "") -> Row:
-        cells: list[tuple[str, object]] = []
-        for _, attribute in COLUMNS[state]:
+        cells: list[tuple[str, object, str]] = []
+        for heading, attribute in COLUMNS[state]:
             value = attempts(task) if attribute == "attempts" else getattr(task, attribute)
-            cells.append((attribute, value))
+            cells.append((attribute, value, heading))
         split = matched(task.idempotency_key, key_query)
         return Row(task=task, url=task_url(task), cells=cells, matched=split)
 

@@ -4,6 +4,11 @@ An operator logs in, finds the dead task and its error, retries it and sees it l
 list. Screenshots of the queues page (light and dark), the dead list and the task page are saved
 in the test's tmp_path.
 
+On the Tasks page every queue shows at once: an operator reads the dead tasks of three queues
+merged by time at 1400 px (the key columns on screen, nothing scrolling sideways), filters by a
+queue, and reads the Queues, Tasks, task and Workers pages on a 420 px phone screen, each with a
+screenshot (docs/_static/*-420.png with JOBS_SCREENSHOTS_DIR=docs/_static).
+
 On the Schedules page an operator runs a schedule now, follows its last fire to the task, pauses
 it and reads a schedule's fire history; the page is read again on a 420 px screen. With
 JOBS_SCREENSHOTS_DIR=docs/_static the Schedules page's screenshot (docs/admin.rst shows it) is
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +30,10 @@ from django.contrib.auth.models import Permission, User
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from django_jobs import Job
+from django_jobs.client import get_broker
 from django_jobs.inspector import get_inspector
 from django_jobs.testing import run_burst
+from django_jobs.worker.heartbeat import Heartbeat
 from tests.conftest import RedisNamespace
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,6 +47,10 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+
+
+#: Set to a directory to keep the docs' screenshots there too (docs/_static does).
+SHOTS_DIR = "JOBS_SCREENSHOTS_DIR"
 
 
 @dataclass
@@ -93,6 +105,19 @@ def screenshot(page: Page, path: Path) -> Path:
     assert path.exists(), path
     assert path.stat().st_size > 0, path
     return path
+
+
+def docs_screenshot(page: Page, tmp_path: Path, name: str) -> list[Path]:
+    """The page's screenshot in tmp_path, and in JOBS_SCREENSHOTS_DIR when it is set."""
+    shots = [screenshot(page, tmp_path / name)]
+    if os.environ.get(SHOTS_DIR):
+        shots.append(screenshot(page, Path(os.environ[SHOTS_DIR]) / name))
+    return shots
+
+
+def no_sideways_scroll(page: Page, width: int) -> None:
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width, f"{page.url} is {scroll} px wide on a {width} px screen"
 
 
 def test_admin_browser__find_a_dead_task_and_retry_it(
@@ -162,6 +187,86 @@ def test_admin_browser__find_a_dead_task_and_retry_it(
     print("\nscreenshots:", *shots, sep="\n  ")
 
 
+def test_admin_browser__every_queue_at_once_and_a_phone_screen(
+    browser: Browser,
+    live_server: Any,
+    redis_ns: RedisNamespace,
+    operator: User,
+    tmp_path: Path,
+) -> None:
+    # Given dead tasks in three queues, dying in this order, and a worker running one more.
+    order = []
+    for number, queue in enumerate(("critical", "low", "default", "critical"), start=2001):
+        order.append(ChargeCard.enqueue(Order(number, f"{number}@example.com"), queue=queue).id)
+        run_burst([queue])
+    running = ChargeCard.enqueue(Order(2100, "eve@example.com"), queue="low").id
+    delivery = get_broker().dequeue(["low"])
+    assert delivery is not None
+    assert delivery.id == running
+    info: dict[str, str | int | float] = {
+        "host": "worker-1.internal.example.com",
+        "pid": 4242,
+        "queues": "critical,default,low",
+        "concurrency": 8,
+        "started": time.time(),
+    }
+    Heartbeat(get_broker(), "worker-1:4242:aaaaaa", info, lambda: [delivery]).tick()
+    wide = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = wide.new_page()
+    log_in(page, live_server.url, operator)
+
+    # The Tasks page shows the dead tasks of every queue, the newest death first.
+    page.get_by_role("link", name="Tasks").first.click()
+    rows = page.locator("#result_list tbody tr")
+    expect(rows).to_have_count(4)
+    expect(page.locator("#result_list tbody td.field-queue")).to_have_text(
+        ["critical", "default", "low", "critical"]
+    )
+    ids = [rows.nth(n).locator("input.action-select").get_attribute("value") for n in range(4)]
+    assert ids == order[::-1]
+    expect(page.locator("#changelist-filter li.selected").first).to_contain_text("All (4)")
+    # The key columns are on the screen, the list scrolling in neither the page nor its box:
+    # job, attempts, last error, times.
+    results = page.locator("#changelist-form .results").bounding_box()
+    assert results is not None
+    for cell in ("field-job", "field-error", "field-died_at", "field-attempts", "field-crashes"):
+        box = rows.first.locator(f"td.{cell}").bounding_box()
+        assert box is not None, cell
+        assert box["x"] + box["width"] <= results["x"] + results["width"], (cell, box, results)
+    inner = page.evaluate(
+        "(() => { const r = document.querySelector('#changelist-form .results');"
+        " return [r.scrollWidth, r.clientWidth]; })()"
+    )
+    assert inner[0] <= inner[1], f"the list scrolls sideways in its box: {inner}"
+    no_sideways_scroll(page, 1400)
+    shots = docs_screenshot(page, tmp_path, "tasks.png")
+
+    # The queue is a filter.
+    page.locator("#changelist-filter a", has_text="critical (2)").click()
+    expect(page.locator("#result_list tbody td.field-queue")).to_have_text(["critical"] * 2)
+    wide.close()
+
+    # On a phone every page reads without scrolling sideways.
+    phone = browser.new_context(viewport={"width": 420, "height": 800})
+    small = phone.new_page()
+    log_in(small, live_server.url, operator)
+    pages = [
+        ("queue/", "tr.jobs-queue-critical td.field-dead", "queues-420.png"),
+        ("task/", "tr td.field-error", "tasks-420.png"),
+        (f"task/low/{order[1]}/", "pre.jobs-payload", "task-420.png"),
+        ("worker/", "td.field-tasks", "workers-420.png"),
+    ]
+    for path, visible, name in pages:
+        small.goto(f"{live_server.url}/admin/django_jobs/{path}")
+        expect(small.locator(visible).first).to_be_visible()
+        no_sideways_scroll(small, 420)
+        shots += docs_screenshot(small, tmp_path, name)
+    expect(small.locator("td.field-tasks")).to_contain_text(running)
+    phone.close()
+
+    print("\nscreenshots:", *shots, sep="\n  ")
+
+
 @dataclass
 class Digest:
     team: str = "ops"
@@ -172,10 +277,6 @@ class SendDigest(Job[Digest]):
 
     def run(self, payload: Digest) -> None:
         pass
-
-
-#: Set to a directory to keep the schedules page's screenshot there too (docs/_static does).
-SHOTS_DIR = "JOBS_SCREENSHOTS_DIR"
 
 
 def test_admin_browser__schedules_page_run_now_pause_and_narrow_screen(
@@ -216,9 +317,7 @@ def test_admin_browser__schedules_page_run_now_pause_and_narrow_screen(
     )
     expect(page.locator("tr.jobs-schedule-sync-crm td.field-last-fire")).to_have_text("never")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1280
-    shots = [screenshot(page, tmp_path / "schedules.png")]
-    if os.environ.get(SHOTS_DIR):
-        shots.append(screenshot(page, Path(os.environ[SHOTS_DIR]) / "schedules.png"))
+    shots = docs_screenshot(page, tmp_path, "schedules.png")
 
     # Run now: a task is enqueued, and the last fire links to it.
     sync = page.locator("tr.jobs-schedule-sync-crm")
@@ -255,7 +354,7 @@ def test_admin_browser__schedules_page_run_now_pause_and_narrow_screen(
     box = small.locator("tr.jobs-schedule-nightly-cleanup").bounding_box()
     assert box is not None
     assert box["width"] <= 420, box
-    shots.append(screenshot(small, tmp_path / "schedules-420.png"))
+    shots += docs_screenshot(small, tmp_path, "schedules-420.png")
     narrow.close()
 
     print("\nscreenshots:", *shots, sep="\n  ")

@@ -99,7 +99,8 @@ def insp(redis_ns: RedisNamespace) -> Inspector:
 
 def text(response: HttpResponse) -> str:
     """The page's text with tags stripped and entities decoded, whitespace collapsed."""
-    body = re.sub(r"<[^>]+>", " ", response.content.decode())
+    # <wbr> (where a dotted job name may break) is no space.
+    body = re.sub(r"<[^>]+>", " ", response.content.decode().replace("<wbr>", ""))
     return " ".join(html.unescape(body).split())
 
 
@@ -431,9 +432,9 @@ def test_tasks__search_by_idempotency_key(staff: Client, insp: Inspector) -> Non
     assert "1 matching task among tasks 1 to 3 of 3" in text(response)
     # Why it matched: the part of the key that matched is marked.
     assert "Matched by the idempotency key containing “order-1”" in text(response)
-    assert '<td class="field-idempotency-key"><mark>order-1</mark>7</td>' in (
-        response.content.decode()
-    )
+    key_cell = re.search(r'<td class="field-idempotency-key"[^>]*>(.*?)</td>', response.text)
+    assert key_cell is not None
+    assert key_cell.group(1) == "<mark>order-1</mark>7"
 
 
 def test_tasks__unknown_state_is_404(staff: Client, insp: Inspector) -> None:
