@@ -1,5 +1,6 @@
 """The queues page: every queue with its tasks per state and today's counters; pause, resume,
-and the actions on all of a queue's dead tasks (each asks first, saying how many)."""
+and the actions on all of a queue's dead tasks (each asks first, saying how many); below them
+the transactional outbox (its depth, oldest row's age, held rows and last relay)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
 from django_jobs.admin.pages import JobsAdmin, Notice, plural, tasks_url, url
+from django_jobs.backends.outbox import overview
+from django_jobs.conf import get_settings
 from django_jobs.inspector import Inspector
 from django_jobs.keys import State
 from django_jobs.models import Queue
@@ -57,7 +60,9 @@ class QueueAdmin(JobsAdmin):
             ]
             return {"queues": rows}
 
-        return self.render(request, "queues.html", "Queues", build)
+        # The outbox is in the database: shown even when Redis cannot be read.
+        outbox = {"outbox": overview(), "outbox_on": get_settings().outbox}
+        return self.render(request, "queues.html", "Queues", build, **outbox)
 
     def pause(self, request: HttpRequest, queue: str) -> HttpResponse:
         self.check_queue(queue)

@@ -100,10 +100,31 @@ class WorkerSerializer(serializers.Serializer[WorkerInfo]):
     tasks = RunningTaskSerializer(many=True, help_text="One entry per busy child process.")
 
 
+class OutboxSerializer(serializers.Serializer[Any]):
+    """The transactional outbox of the default database: jobs written, not yet sent to Redis."""
+
+    rows = serializers.IntegerField(help_text="Jobs waiting in the outbox.")
+    oldest_age = serializers.FloatField(
+        allow_null=True, help_text="Seconds since the oldest row was written; null when empty."
+    )
+    held = serializers.IntegerField(
+        help_text="Rows whose send failed (an unknown queue or job, Redis refusing them); "
+        "they wait for a retry and hold up no other row."
+    )
+    held_error = serializers.CharField(help_text="Why the oldest held row was not sent ('').")
+    relayed_at = serializers.DateTimeField(
+        allow_null=True, help_text="When a worker relayed the outbox last; null: never."
+    )
+    relayed_by = serializers.CharField(help_text="Which worker that was ('' if none).")
+
+
 class OverviewSerializer(serializers.Serializer[dict[str, Any]]):
     day = serializers.CharField(help_text="The UTC day of the *_today counters (YYYY-MM-DD).")
     queues = QueueSerializer(many=True, help_text="Every configured queue, in priority order.")
     workers = WorkerSerializer(many=True, help_text="Workers whose heartbeat has not expired.")
+    outbox = OutboxSerializer(
+        allow_null=True, help_text="The outbox; null when its table cannot be read (migrate)."
+    )
 
 
 class TaskSerializer(serializers.Serializer[TaskInfo]):

@@ -36,6 +36,7 @@ from django_jobs.api.serializers import (
     TaskPageSerializer,
     UnavailableSerializer,
 )
+from django_jobs.backends.outbox import overview
 from django_jobs.conf import get_settings
 from django_jobs.exceptions import (
     BrokerUnavailable,
@@ -165,9 +166,10 @@ class OverviewView(JobsAPIView):
         responses={200: OverviewSerializer, **COMMON},
     )
     def get(self, request: Request) -> Response:
-        """Queue depths per state, paused flags, today's counters, and the live workers."""
+        """Queue depths, paused flags, today's counters, live workers, and the outbox."""
         inspector = self.inspector()
-        data = {"day": today(), "queues": inspector.queues(), "workers": inspector.workers()}
+        data = {"day": today(), "queues": inspector.queues(), "workers": inspector.workers(),
+                "outbox": overview()}  # fmt: skip
         return Response(OverviewSerializer(data).data)
 
 

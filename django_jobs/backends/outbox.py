@@ -236,3 +236,37 @@ def depth(using: str = DEFAULT_DB_ALIAS) -> Depth:
 def last_relay(using: str = DEFAULT_DB_ALIAS) -> OutboxRelay | None:
     """The heartbeat row: which worker relayed last and when (None: no worker ever did)."""
     return OutboxRelay.objects.using(using).filter(name=RELAY_ROW).first()
+
+
+@dataclass(frozen=True)
+class Overview:
+    """The outbox at a glance (the admin's Queues page, the API overview, the CLI)."""
+
+    rows: int
+    #: Seconds since the oldest row was written (None: empty).
+    oldest_age: float | None
+    #: Rows whose send failed at least once (they wait for a retry; see `held_error`).
+    held: int
+    #: The error of the held row tried longest ago, saying what to do ("" when none is held).
+    held_error: str
+    #: Which worker relayed last and when (None, "": never).
+    relayed_at: datetime | None
+    relayed_by: str
+
+
+def overview(using: str = DEFAULT_DB_ALIAS) -> Overview | None:
+    """The outbox of `using`, or None when its table cannot be read (not migrated)."""
+    try:
+        found = depth(using)
+        held = OutboxJob.objects.using(using).filter(attempts__gt=0).order_by("pk").first()
+        beat = last_relay(using)
+    except DatabaseError:
+        return None
+    return Overview(
+        rows=found.rows,
+        oldest_age=found.oldest_age(),
+        held=found.held,
+        held_error="" if held is None else f"{held.job} {held.job_id}: {held.last_error}",
+        relayed_at=None if beat is None else beat.relayed_at,
+        relayed_by="" if beat is None else beat.worker,
+    )
