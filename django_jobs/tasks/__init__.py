@@ -13,7 +13,7 @@ if django.VERSION < (6, 0):  # pragma: no cover  (the Django 5.2 leg never impor
 
 from django_jobs.tasks.backend import PRIORITIES, JobsBackend
 from django_jobs.tasks.run import DjangoTask, ReturnValueTooLarge, UnsupportedReturnValue
-from django_jobs.tasks.task import JobsTask, idempotency_key
+from django_jobs.tasks.task import JobsTask, idempotency_key, task
 
 __all__ = [
     "PRIORITIES",
@@ -23,4 +23,5 @@ __all__ = [
     "ReturnValueTooLarge",
     "UnsupportedReturnValue",
     "idempotency_key",
+    "task",
 ]

@@ -4,7 +4,7 @@ of the internal job that runs it, and the per-enqueue idempotency key (`idempote
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
-from django.tasks import Task
+from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, task_backends
 from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
@@ -34,6 +34,34 @@ class JobsTask(_Task):
     timeout: timedelta | float | None = None
     #: How long the result is kept after the task finished; None: JOBS["RETENTION"].
     retention: timedelta | float | None = None
+
+
+def task(
+    function: Callable[..., Any] | None = None,
+    *,
+    priority: int = 0,
+    queue_name: str = DEFAULT_TASK_QUEUE_NAME,
+    backend: str = DEFAULT_TASK_BACKEND_ALIAS,
+    takes_context: bool = False,
+    **options: Any,
+) -> Any:
+    """Django's ``@task`` with our options on every Django from 6.0 on: Django 6.0's decorator
+    passes no extra keyword to the backend's task_class (6.1's does, so there
+    ``django.tasks.task(max_attempts=3)`` works as well)::
+
+        @task(max_attempts=3, timeout=timedelta(seconds=30))
+        def send_digest(day: str) -> None: ...
+    """
+    if "run_after" in options:
+        raise TypeError("run_after cannot be set on @task: use .using(run_after=...)")
+
+    def wrapper(f: Callable[..., Any]) -> Any:
+        return task_backends[backend].task_class(
+            func=f, priority=priority, queue_name=queue_name, backend=backend,
+            takes_context=takes_context, run_after=None, **options,
+        )  # fmt: skip
+
+    return wrapper(function) if function is not None else wrapper
 
 
 @dataclass(frozen=True)

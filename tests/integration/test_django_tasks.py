@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import django
 import pytest
 
 pytest.importorskip("django.tasks", reason="django.tasks (Django's tasks framework) needs 6.0+")
@@ -200,7 +201,8 @@ def test_run__successful_with_return_value_times_and_worker(
     assert result.errors == []
     assert [s[0] for s in signals] == ["enqueued", "started", "finished"]
     assert signals[1:] == [("started", result.id, "RUNNING"), ("finished", result.id, "SUCCESSFUL")]
-    assert pickle.loads(pickle.dumps(result)) == result
+    if django.VERSION >= (6, 1):  # a Task pickles from 6.1 on
+        assert pickle.loads(pickle.dumps(result)) == result
 
 
 def test_run__failure_keeps_class_path_and_traceback(
