@@ -21,10 +21,12 @@ the listing drops index entries whose call is gone.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
+
+from redis.exceptions import NoScriptError
 
 from django_jobs.broker.connection import NOTHING_CHANGED
 from django_jobs.broker.protocol import Delivery
@@ -158,18 +160,29 @@ class FlowStore:
             return str(self._run("flow_write", self.keys.call(call_id), args))
         queue, task_id = task
         record = self.broker.keys(queue).task(task_id)
-        with self.broker.unavailable():
-            pipe = self.broker.client.pipeline(transaction=False)
+
+        def fill(pipe: Any) -> None:
             pipe.hset(record, REPLAY_FIELD, f"{call_id} {epoch}")
             pipe.evalsha(self.broker.scripts["flow_write"].sha, 3, *self.keys.call(call_id),
                          *args)  # fmt: skip
-            try:
-                _, answer = pipe.execute()
-            except Exception as exc:  # NoScriptError after a restart: run it on its own
-                if "NOSCRIPT" not in str(exc):
-                    raise
-                answer = self._run("flow_write", self.keys.call(call_id), args)
-        return str(answer)
+
+        return str(self._with_scripts("flow_write", fill)[1])
+
+    def _with_scripts(self, name: str, fill: Callable[[Any], None]) -> list[Any]:
+        """Run a pipeline that calls script `name` by SHA, loading it first if Redis has
+        forgotten it (a restart, SCRIPT FLUSH); a pipeline of writes that are safe twice."""
+        with self.broker.unavailable():
+            for attempt in (1, 2):
+                pipe = self.broker.client.pipeline(transaction=False)
+                fill(pipe)
+                try:
+                    replies: list[Any] = pipe.execute()
+                    return replies
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    self.broker.client.script_load(self.broker.scripts[name].script)
+        raise AssertionError("unreachable")
 
     # -- outside a flow --------------------------------------------------------------------
 
@@ -245,21 +258,13 @@ class FlowStore:
             ]
             if not runs:
                 return []
-            pipe = self.broker.client.pipeline(transaction=False)
-            sha = self.broker.scripts["flow_renew"].sha
+        sha, k = self.broker.scripts["flow_renew"].sha, self.keys
+
+        def fill(pipe: Any) -> None:
             for _, (call_id, epoch) in runs:
-                k = self.keys
                 pipe.evalsha(sha, 2, k.meta(call_id), k.lease(call_id), epoch, self.lease_ms)
-            try:
-                answers = pipe.execute(raise_on_error=True)
-            except Exception as exc:
-                if "NOSCRIPT" not in str(exc):
-                    raise
-                answers = [
-                    self._run("flow_renew", [self.keys.meta(c), self.keys.lease(c)],
-                              [e, self.lease_ms])
-                    for _, (c, e) in runs
-                ]  # fmt: skip
+
+        answers = self._with_scripts("flow_renew", fill)
         return [(d, str(a)) for (d, _), a in zip(runs, answers, strict=True) if a != "ok"]
 
 

@@ -5,6 +5,10 @@ in C code cannot make its own task look dead. Leases come first and do not depen
 registry: a beat that fails (a corrupt registry key, Redis refusing writes) must not leave a
 running task to the recoverers. The recoverer renews too, before it recovers anything
 (`renew`), so that this worker never recovers, and runs again, a task it is still running.
+
+A flow event's run also holds its call's replay lease: the same tick renews it (beating at
+least every JOBS["FLOW_REPLAY_RENEW"]), and a replay whose lease is lost, or whose call was
+canceled, is interrupted as a run whose task lease is lost (`on_lost`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from django_jobs.broker.flows import FlowStore
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.worker.loop import Component, unreachable
@@ -45,7 +50,10 @@ class Heartbeat(Component):
         self.running = running
         self.on_lost = on_lost
         self.clock = clock
-        self.interval = broker.settings.heartbeat_interval
+        settings = broker.settings
+        self.interval = min(settings.heartbeat_interval, settings.flow_replay_renew)
+        self.flows = FlowStore(broker)
+        self.flow_queues = frozenset(settings.flow_queues)
         #: Leases not renewed for a lease are lost: the worker cannot go on past that.
         self.give_up_after: float | None = broker.settings.lease
         #: Runs (id, epoch) whose lease was found lost: their outcome will not be written here.
@@ -95,6 +103,16 @@ class Heartbeat(Component):
                 if run in lost and run not in self.lost:
                     self.lost.add(run)
                     self._lost(delivery, self.clock() - self.renewed_at)
+        replays = [d for d in deliveries if d.queue in self.flow_queues]
+        replays = [d for d in replays if (d.id, d.epoch) not in self.lost]
+        try:
+            for delivery, _why in self.flows.renew(replays):  # lost, or canceled
+                self.lost.add((delivery.id, delivery.epoch))
+                self._lost(delivery, self.clock() - self.renewed_at)
+        except Exception as exc:
+            if unreachable(exc):
+                raise
+            first = first or exc
         self.lost &= {(d.id, d.epoch) for d in deliveries}
         if first is not None:
             raise first

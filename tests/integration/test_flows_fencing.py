@@ -1,0 +1,94 @@
+"""Fencing of flow replays, in this process: the epoch compare-and-set, the replay lease, and
+its renewal by the supervisor's heartbeat."""
+
+from __future__ import annotations
+
+from django_jobs.broker.factory import get_broker
+from django_jobs.broker.flows import REPLAY_FIELD, FlowStore
+from django_jobs.broker.protocol import Delivery
+from django_jobs.conf import get_settings
+from django_jobs.flows import cancel, get_run
+from django_jobs.worker.heartbeat import Heartbeat
+from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
+from tests.conftest import RedisNamespace
+
+
+def delivery(task_id: str, queue: str) -> Delivery:
+    return Delivery(task_id, queue, b"", 0, 0, "1", None, None, 0.0)
+
+
+def test_write__a_replay_taken_over_writes_nothing(redis_ns: RedisNamespace) -> None:
+    store = FlowStore(get_broker())
+    call = "c1"
+    store.start(call, StepsFlow.name, '{"n":1,"pause":0.0,"label":""}', "{}", None)
+    old = store.acquire(call)
+    assert old.kind == "ok"
+    assert store.acquire(call).kind == "busy"  # two replays never hold one call
+    redis_ns.client.delete(store.keys.lease(call))  # the old replay's lease expires (a freeze)
+    new = store.acquire(call)
+    assert new.kind == "ok"
+    assert int(new.epoch) == int(old.epoch) + 1
+    record = '{"state":"done"}'
+    assert store.write(call, old.epoch, "keep", status={"step:s0": record}) == "lost"
+    assert store.write(call, new.epoch, "keep", status={"step:s0": record}) == "ok"
+    assert redis_ns.client.hget(store.keys.status(call), "step:s0") == record.encode()
+
+
+def test_acquire__reads_state_in_one_round_trip_and_finished_is_final(
+    redis_ns: RedisNamespace,
+) -> None:
+    store = FlowStore(get_broker())
+    store.start("c2", StepsFlow.name, "{}", '{"a":1}', None)
+    got = store.acquire("c2")
+    assert got.meta["metadata"] == '{"a":1}'
+    assert store.write("c2", got.epoch, "finish", meta={"status": "succeeded"}, retention=60) == (
+        "ok"
+    )
+    assert store.acquire("c2").kind == "finished"
+    assert 0 < redis_ns.client.ttl(store.keys.meta("c2")) <= 60  # removed after its retention
+    assert store.acquire("nothing").kind == "gone"
+
+
+def test_heartbeat__renews_the_replay_lease_and_reports_lost_and_canceled(
+    redis_ns: RedisNamespace,
+) -> None:
+    broker = get_broker()
+    store = FlowStore(broker)
+    critical = get_settings().flow_queues[0]
+    lost: list[tuple[str, float]] = []
+    running: list[Delivery] = []
+    beat = Heartbeat(broker, "w1", {}, lambda: running, on_lost=lambda d, s: lost.append((d.id, s)))
+    calls = {}
+    for name in ("kept", "taken", "canceled"):
+        call = WaitFlow.start(Wait(), call_id=f"call-{name}")
+        got = store.acquire(call)
+        task = f"task-{name}"
+        redis_ns.client.hset(broker.keys(critical).task(task), REPLAY_FIELD, f"{call} {got.epoch}")
+        running.append(delivery(task, critical))
+        calls[name] = call
+    for call in calls.values():
+        redis_ns.client.pexpire(store.keys.lease(call), 500)
+    redis_ns.client.set(store.keys.lease(calls["taken"]), "99")  # another replay's epoch
+    assert cancel(calls["canceled"], "stop") is True  # a replay runs: asked to stop
+    beat.renew()
+    assert sorted(task for task, _ in lost) == ["task-canceled", "task-taken"]
+    assert redis_ns.client.pttl(store.keys.lease(calls["kept"])) > 500
+    run = get_run(calls["canceled"])
+    assert run is not None
+    assert run.status == "running"  # ends when its replay stops (see test_flows)
+
+
+def test_cancel__a_running_replay_ends_canceled_at_its_next_write(redis_ns: RedisNamespace) -> None:
+    from django_jobs.testing import run_burst
+
+    call = StepsFlow.start(Steps(n=2))
+    store = FlowStore(get_broker())
+    got = store.acquire(call)  # as if a replay were running
+    assert cancel(call, "no more") is True
+    assert store.write(call, got.epoch, "keep", status={"step:s0": "{}"}) == "canceled"
+    redis_ns.client.delete(store.keys.lease(call))
+    run_burst(list(get_settings().flow_queues))
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "canceled"
+    assert run.error == "canceled: no more"
