@@ -28,6 +28,10 @@ Then, once, all systems at the same time (their keys do not overlap): kill -9. A
 worker starts; the time from the kill until the job starts again, or "never" after the cap.
 django-jobs is measured with its default LEASE (30 s) and with a short one.
 
+Last, with ours among the systems, the outbox's cost (bench/outbox.py: enqueue latency and
+throughput with and without it on SQLite and PostgreSQL, a relay draining 100,000 rows; --quick
+5,000).
+
 N=20000, M=200, 3 runs (medians), cap 120 s; --quick: N=300, M=30, 1 run, cap 8 s, and ours
 only with the short lease. Ratios compare each median with django-jobs' median of this run.
 
@@ -503,6 +507,10 @@ def main() -> None:
             "seconds": elapsed,
         }
         args.json.write_text(json.dumps(data, indent=2))
+    if "ours" in systems:  # the outbox's cost (bench/outbox.py), on SQLite and PostgreSQL
+        print()
+        outbox = [sys.executable, "-m", "bench.outbox", *(["--quick"] if args.quick else [])]
+        subprocess.run(outbox, cwd=ROOT, check=True)
 
 
 if __name__ == "__main__":
