@@ -34,6 +34,18 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+#: The job that runs Django's @task functions (django_jobs.tasks): shown by the function's path.
+DJANGO_TASK = "django_jobs.DjangoTask"
+
+
+def job_name(task: TaskInfo) -> str:
+    """The job's name as the admin shows it: a Django task's function path ("" undecodable)."""
+    func = task.payload.get("func") if task.payload else None
+    if task.job == DJANGO_TASK and isinstance(func, str):
+        return f"{func} (@task)"
+    return task.job or ""
+
+
 @dataclass(frozen=True)
 class Row:
     """A task on the tasks list, with the cells of its state's columns."""
@@ -48,7 +60,7 @@ class Row:
     @property
     def job_parts(self) -> list[str]:
         """The job's dotted name in parts, so that it can break at its dots."""
-        return (self.task.job or "").split(".")
+        return job_name(self.task).split(".")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from django_jobs.admin.listing import COLUMNS, ListQuery, Row, attempts, matched
+from django_jobs.admin.listing import COLUMNS, ListQuery, Row, attempts, job_name, matched
 from django_jobs.admin.pages import (
     JobsAdmin,
     Notice,
@@ -249,7 +249,7 @@ class TaskAdmin(JobsAdmin):
                 "task": task,
                 "fields": [
                     ("ID", task.id),
-                    ("Job", task.job or "(undecodable)"),
+                    ("Job", job_name(task) or "(undecodable)"),
                     ("Queue", task.queue),
                     ("State", task.state),
                     ("Idempotency key", task.idempotency_key),

@@ -27,6 +27,7 @@ from django.tasks.exceptions import (
     TaskResultMismatch,
 )
 from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.urls import reverse
 from django.utils import timezone
 
 from django_jobs import DuplicateJob
@@ -297,3 +298,15 @@ def test_get_result__kept_for_the_retention_then_gone(backend: JobsBackend) -> N
     run_burst()
     ttl = get_broker().client.ttl(f"{get_broker().keys('default').prefix}:dt:{result.id}")
     assert 86000 < ttl <= 86400  # JOBS["RETENTION"] after the last write
+
+
+@pytest.mark.django_db
+def test_admin__shows_the_function_path_of_a_django_task(backend: JobsBackend) -> None:
+    from tests.integration.test_admin import login, make_user, text
+
+    staff = login(make_user("operator", "view_task"))
+    result = t.meaning.enqueue()
+    page = text(staff.get(reverse("admin:django_jobs_task_change", args=["default", result.id])))
+    assert "Job: tests.django_tasks_funcs.meaning (@task)" in page
+    listing = text(staff.get(reverse("admin:django_jobs_task_changelist") + "?state=pending"))
+    assert "tests.django_tasks_funcs.meaning (@task)" in listing
