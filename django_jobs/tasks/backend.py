@@ -26,7 +26,7 @@ from django_jobs.conf import get_settings, to_seconds
 from django_jobs.exceptions import JobsDisabled
 from django_jobs.message import DecodeError, payload_from_json
 from django_jobs.tasks.result import build
-from django_jobs.tasks.run import DjangoTask
+from django_jobs.tasks.run import DjangoTask, inline_results
 from django_jobs.tasks.task import (
     JobsTask,
     TaskPayload,
@@ -111,7 +111,9 @@ class JobsBackend(BaseTaskBackend):
                          Options(queue=queue, eta=task.run_after, max_attempts=max_attempts,
                                  timeout=options.timeout, retention=retention),
                          on_commit=False)[0]  # fmt: skip
-        result = build(task, handle.id, payload, None, RunRecord(), status=_enqueued(handle.state))
+        result = inline_results.pop(handle.id, None) or build(
+            task, handle.id, payload, None, RunRecord(), status=_enqueued(handle.state)
+        )
         task_enqueued.send(sender=type(self), task_result=result)
         return result
 

@@ -29,7 +29,7 @@ from django_jobs.conf import get_settings
 from django_jobs.exceptions import JobTimeout, LeaseLost
 from django_jobs.jobs import Fail, Job, Retry, SkipRetry
 from django_jobs.tasks.result import build
-from django_jobs.tasks.task import TaskPayload, task_of
+from django_jobs.tasks.task import TaskPayload, at, task_of
 
 #: The largest return value kept, in bytes of JSON (OPTIONS["MAX_RETURN_BYTES"] overrides it).
 MAX_RETURN_BYTES = 65536
@@ -45,6 +45,11 @@ class ReturnValueTooLarge(SkipRetry, ValueError):
 
 class TaskFailed(Exception):
     """The function raised a BaseException that is not an Exception (SystemExit): a failure."""
+
+
+#: The results of tasks run inline (REDIS_URL unset: enqueue runs them at once, in this
+#: process), by id, until their enqueue takes them: there is no Redis to keep them in.
+inline_results: dict[str, TaskResult[..., Any]] = {}
 
 
 class DjangoTask(Job[TaskPayload]):
@@ -86,7 +91,9 @@ class DjangoTask(Job[TaskPayload]):
                     result, status=TaskResultStatus.FAILED,
                     errors=[*result.errors, _task_error(error)],
                 )  # fmt: skip
-                object.__setattr__(failed, "finished_at", failed.last_attempted_at)
+                object.__setattr__(failed, "finished_at", at(time.time()))
+                if broker is None:
+                    inline_results[ctx.job_id] = failed
                 task_finished.send(sender=sender, task_result=failed)
             if isinstance(exc, Exception):
                 raise
@@ -97,6 +104,9 @@ class DjangoTask(Job[TaskPayload]):
                     retention=payload.retention)  # fmt: skip
         done = dataclasses.replace(result, status=TaskResultStatus.SUCCESSFUL)
         object.__setattr__(done, "_return_value", value)
+        object.__setattr__(done, "finished_at", at(time.time()))
+        if broker is None:
+            inline_results[ctx.job_id] = done
         task_finished.send(sender=sender, task_result=done)
 
 

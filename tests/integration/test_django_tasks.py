@@ -17,7 +17,9 @@ from typing import Any
 import django
 import pytest
 
-pytest.importorskip("django.tasks", reason="django.tasks (Django's tasks framework) needs 6.0+")
+pytest.importorskip(
+    "django.tasks", reason="Django's tasks framework (django.tasks) needs Django 6.0 or later"
+)
 
 from django.core import checks
 from django.tasks import TaskResultStatus, task_backends
@@ -310,3 +312,19 @@ def test_admin__shows_the_function_path_of_a_django_task(backend: JobsBackend) -
     assert "Job: tests.django_tasks_funcs.meaning (@task)" in page
     listing = text(staff.get(reverse("admin:django_jobs_task_changelist") + "?state=pending"))
     assert "tests.django_tasks_funcs.meaning (@task)" in listing
+
+
+def test_no_redis__runs_inline_as_django_immediate_backend_does(settings: Any) -> None:
+    settings.JOBS = {"REDIS_URL": None}  # WHEN_DISABLED "inline"
+    ok = t.echo.enqueue("a")
+    assert (ok.status, ok.return_value, ok.attempts) == (
+        TaskResultStatus.SUCCESSFUL,
+        {"args": ["a"], "kwargs": {}},
+        1,
+    )
+    assert ok.enqueued_at <= ok.started_at <= ok.finished_at
+    failed = t.fails.enqueue()
+    assert failed.status == TaskResultStatus.FAILED
+    assert failed.errors[0].exception_class is ValueError
+    with pytest.raises(TaskResultDoesNotExist):
+        t.echo.get_result(ok.id)  # nothing keeps results without Redis
