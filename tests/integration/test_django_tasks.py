@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import pickle
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -22,6 +23,7 @@ pytest.importorskip(
 )
 
 from django.core import checks
+from django.db import transaction
 from django.tasks import TaskResultStatus, task_backends
 from django.tasks.exceptions import (
     InvalidTask,
@@ -328,3 +330,59 @@ def test_no_redis__runs_inline_as_django_immediate_backend_does(settings: Any) -
     assert failed.errors[0].exception_class is ValueError
     with pytest.raises(TaskResultDoesNotExist):
         t.echo.get_result(ok.id)  # nothing keeps results without Redis
+
+
+def test_enqueue__logs_as_django_does(
+    backend: JobsBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger="django.tasks"):
+        result = t.noop.enqueue()
+        run_burst()
+    lines = [r.getMessage() for r in caplog.records if r.name == "django.tasks"]
+    assert len(lines) == 3
+    assert "enqueued" in lines[0]
+    assert "state=RUNNING" in lines[1]
+    assert "state=SUCCESSFUL" in lines[2]
+    assert all(result.id in line for line in lines)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue__does_not_wait_for_the_transaction(backend: JobsBackend, settings: Any) -> None:
+    settings.JOBS = {**settings.JOBS, "ENQUEUE_ON_COMMIT": True}
+    with transaction.atomic():
+        result = t.noop.enqueue()
+        assert get_broker().task_state("default", result.id) == "pending"
+
+
+def test_enqueue__validates_the_task_against_the_backend_of_now(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    low = t.noop.using(queue_name="low")
+    settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": ["default"]}}
+    with pytest.raises(InvalidTask, match="Queue 'low' is not valid for backend"):
+        low.enqueue()
+
+
+def test_get_result__a_task_killed_from_outside_its_run_is_failed_with_the_reason(
+    backend: JobsBackend,
+) -> None:
+    # A run killed past its timeout's grace writes nothing itself: the supervisor kills the task
+    result = t.meaning.enqueue()
+    broker = get_broker()
+    delivery = broker.dequeue(["default"])
+    assert delivery is not None
+    reason = "JobTimeout: timed out after 1 s (killed after the grace period)"
+    assert broker.kill(delivery, reason, "")
+    result.refresh()
+    assert result.status == TaskResultStatus.FAILED
+    assert result.finished_at is not None
+    (error,) = result.errors
+    assert error.exception_class_path == "django_jobs.exceptions.JobTimeout"
+    assert error.traceback == reason
+
+
+@pytest.mark.skipif(django.VERSION < (6, 1), reason="a Task pickles from Django 6.1 on")
+def test_task__with_our_options_pickles_and_keeps_them() -> None:
+    again = pickle.loads(pickle.dumps(t.fails_twice))
+    assert again == t.fails_twice
+    assert again.max_attempts == 3
