@@ -22,13 +22,31 @@ def _probe(name: str) -> str:
     return f"{settings.JOBS.get('NAMESPACE', 'jobs')}:probe:{name}"
 
 
+def _status_key(call_id: str) -> str:
+    jobs = settings.JOBS
+    flows = jobs.get("FLOWS_NAMESPACE", "flows")
+    return f"{jobs.get('NAMESPACE', 'jobs')}:{flows}:{{{call_id}}}_status"
+
+
 def record(call_id: str, step: str, pause: float = 0.0) -> str:
-    """A step's body: count its run, optionally pause (a window to kill the worker in)."""
+    """A step's body: count its run, optionally pause (a window to kill the worker in).
+
+    A run of a step whose result is already recorded is pushed to the probe "rerun": the one
+    thing that must never happen."""
     client = _redis()
+    done = client.hget(_status_key(call_id), f"step:{step}")
+    if done and b'"state":"done"' in done:
+        client.rpush(_probe("rerun"), f"{call_id}:{step}")
     client.rpush(_probe("steps"), f"{call_id}:{step}:{os.getpid()}")
     if pause:
         time.sleep(pause)
     return f"{step}-done"
+
+
+def record_pid(call_id: str, step: str, pause: float = 0.0) -> str:
+    """record(), returning the pid that ran it."""
+    record(call_id, step, pause)
+    return f"{step}-{os.getpid()}"
 
 
 @dataclass
@@ -121,3 +139,38 @@ class FlakyFlow(Flow[Flaky]):
 
     def on_failure(self, ctx: Context, error: BaseException) -> None:
         _redis().rpush(_probe("hooks"), f"{ctx.call_id}:failure:{error}")
+
+
+@dataclass
+class Frozen:
+    pause: float = 6.0
+
+
+class FrozenFlow(Flow[Frozen]):
+    """One slow step, to freeze its worker in."""
+
+    def run(self, ctx: Context, input: Frozen) -> Any:
+        return ctx.step("slow", record_pid, ctx.call_id, "slow", input.pause)
+
+
+class OverlapFlow(Flow[Steps]):
+    """Records any moment two replays of one call run at once (the probe "overlap")."""
+
+    def run(self, ctx: Context, input: Steps) -> Any:
+        client = _redis()
+        key = _probe(f"replaying:{ctx.call_id}")
+        if client.incr(key) > 1:
+            client.rpush(_probe("overlap"), ctx.call_id)
+        try:
+            return [ctx.step(f"s{i}", record, ctx.call_id, f"s{i}") for i in range(input.n)]
+        finally:
+            client.decr(key)
+
+
+if os.environ.get("SHOP_GHOST"):  # a flow only some workers know (a rolling deploy)
+
+    class GhostFlow(Flow[Steps]):
+        name = "shop.Ghost"
+
+        def run(self, ctx: Context, input: Steps) -> Any:
+            return ctx.step("s0", record, ctx.call_id, "s0")
