@@ -212,3 +212,83 @@ def test_step__name_used_twice_is_an_error_naming_it(redis_ns: RedisNamespace) -
     assert run is not None
     assert run.status == "failed"
     assert "'a' is used twice" in run.error
+
+
+def test_unknown_flow__goes_dead_after_the_grace_with_the_message(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    from django_jobs.flows.events import start_call
+
+    settings.JOBS = {**settings.JOBS, "FLOW_UNKNOWN_DELAY": 0.05, "FLOW_UNKNOWN_GRACE": 0.2}
+    start_call("shop.Nobody", "nobody-1", {}, {}, None)
+    critical = get_settings().flow_queues[0]
+    wait_until(lambda: drain() or get_broker().client.zcard(get_broker().keys(critical).dead),
+               timeout=10)  # fmt: skip
+    broker = get_broker()
+    _, ids = broker.state_ids(critical, "dead", 0, -1)
+    (dead,) = broker.task_infos(critical, ids, "dead")
+    assert dead is not None
+    assert dead.error is not None
+    assert "unknown flow 'shop.Nobody': is this worker's code up to date?" in dead.error
+
+
+def test_step__value_that_is_not_json_is_refused_at_the_step(redis_ns: RedisNamespace) -> None:
+    from dataclasses import dataclass
+
+    from django_jobs.flows import Flow
+
+    @dataclass
+    class In:
+        x: int = 0
+
+    class NotJson(Flow[In]):
+        name = "tests.NotJson"
+
+        def run(self, ctx: Any, input: In) -> Any:
+            return ctx.step("tuple", lambda: (1, 2))
+
+    call = NotJson.start(In())
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "failed"
+    assert "step 'tuple' failed: its value does not survive a JSON round trip" in run.error
+
+
+def test_step__timeout_fails_the_attempt(redis_ns: RedisNamespace) -> None:
+    import time as _time
+    from dataclasses import dataclass
+
+    from django_jobs.flows import Flow
+
+    @dataclass
+    class In:
+        x: int = 0
+
+    class Slow(Flow[In]):
+        name = "tests.Slow"
+
+        def run(self, ctx: Any, input: In) -> Any:
+            return ctx.step("slow", _time.sleep, 5, timeout=0.1, max_attempts=1)
+
+    call = Slow.start(In())
+    started = _time.monotonic()
+    drain()
+    assert _time.monotonic() - started < 2
+    run = get_run(call)
+    assert run is not None
+    assert "step timed out after 0.1 s" in run.error
+
+
+@pytest.mark.django_db
+def test_start__on_commit_waits_for_the_commit(
+    redis_ns: RedisNamespace, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        call = StepsFlow.start(Steps(n=1), on_commit=True)
+        assert get_run(call) is None
+    assert len(callbacks) == 1
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
