@@ -79,7 +79,7 @@ def start(
         pipe.hsetnx(name, "started_at", repr(now))
         pipe.hset(name, mapping={"last_attempted_at": repr(now), f"w:{attempt}": worker_id,
                                  "payload": payload})  # fmt: skip
-        pipe.hdel(name, "outcome", "finished_at", "return", *_later(attempt))
+        pipe.hdel(name, "outcome", "finished_at", "return", f"e:{attempt}", *_later(attempt))
         pipe.expire(name, _ttl(retention + PENDING_TTL))
         pipe.hgetall(name)
         replies = pipe.execute()
@@ -87,8 +87,8 @@ def start(
 
 
 def _later(attempt: int) -> list[str]:
-    """Fields of attempts after this one (left by a run whose attempt count was reset when an
-    operator retried the dead task): a new history starts from this attempt."""
+    """Fields of attempts after this one, left by an earlier history (an operator retried the
+    dead task, which resets its attempts): this attempt's error and every later one go."""
     return [f"{kind}:{n}" for n in range(attempt + 1, attempt + 33) for kind in "we"]
 
 

@@ -161,7 +161,8 @@ class JobsBackend(BaseTaskBackend):
                 f"queue) pairs, minimums falling to -100, on queues of JOBS['QUEUES']; it is "
                 f"{list(self.priorities)!r}"
                 + (f" (not configured: {', '.join(mapped)})" if mapped else "") + ".",
-                hint="For example [(1, 'critical'), (0, 'default'), (-100, 'low')], the default.",
+                hint=f"For example [(-100, {configured[0]!r})] puts every priority on one queue; "
+                "the default is [(1, 'critical'), (0, 'default'), (-100, 'low')].",
                 id="django_jobs.E031",
             ))  # fmt: skip
         return errors
