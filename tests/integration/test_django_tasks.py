@@ -386,3 +386,18 @@ def test_task__with_our_options_pickles_and_keeps_them() -> None:
     again = pickle.loads(pickle.dumps(t.fails_twice))
     assert again == t.fails_twice
     assert again.max_attempts == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue__with_the_outbox_on_is_sent_when_the_transaction_commits(
+    backend: JobsBackend, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "OUTBOX": True}
+    with transaction.atomic():
+        result = t.meaning.enqueue()
+        assert result.status == TaskResultStatus.READY
+        assert get_broker().task_state("default", result.id) is None
+    assert get_broker().task_state("default", result.id) == "pending"
+    run_burst()
+    result.refresh()
+    assert result.return_value == 42
