@@ -69,8 +69,8 @@ class Relay(Component):
         self.idle_interval = INTERVAL if broker.settings.outbox else IDLE_INTERVAL
         self.interval = self.idle_interval
         self.beat_at = -BEAT
-        #: Whether the database failed last tick (one log line per change, not one per tick).
-        self.db_failing = False
+        #: The databases whose last tick failed (one log line per change, not one per tick).
+        self.db_failing: set[str] = set()
 
     def tick(self) -> None:
         # No database connection is kept between ticks: none may cross the fork of a child.
@@ -78,22 +78,30 @@ class Relay(Component):
         full = False
         try:
             for alias in outbox.aliases():
-                full = self.relay(alias) or full
-        except DatabaseError as exc:
-            if not self.db_failing:
-                self.logger.warning(
-                    "relaying the outbox failed: %s (is `manage.py migrate` done? trying again "
-                    "every %gs)", exc, self.interval,
-                )  # fmt: skip
-            self.logger.debug("relaying the outbox failed", exc_info=True)
-            self.db_failing = True
-            return
+                # One database failing (not migrated, unreachable) does not stop the others.
+                try:
+                    full = self.relay(alias) or full
+                except DatabaseError as exc:
+                    self._db_failed(alias, exc)
+                else:
+                    self._db_works(alias)
         finally:
             connections.close_all()
-        if self.db_failing:
-            self.logger.info("relaying the outbox works again")
-            self.db_failing = False
         self.interval = 0.0 if full else self.idle_interval
+
+    def _db_failed(self, alias: str, exc: DatabaseError) -> None:
+        if alias not in self.db_failing:
+            self.logger.warning(
+                "relaying the outbox of database %r failed: %s (is `manage.py migrate` done? "
+                "trying again every %gs)", alias, exc, self.idle_interval,
+            )  # fmt: skip
+        self.logger.debug("relaying the outbox of %r failed", alias, exc_info=True)
+        self.db_failing.add(alias)
+
+    def _db_works(self, alias: str) -> None:
+        if alias in self.db_failing:
+            self.logger.info("relaying the outbox of database %r works again", alias)
+            self.db_failing.discard(alias)
 
     def relay(self, alias: str) -> bool:
         """Send one batch of `alias`'s outbox; True if it was full (more are waiting)."""

@@ -261,3 +261,44 @@ def test_outbox__on_sqlite_one_relay_at_a_time(
     assert not OutboxJob.objects.exists()
     OutboxRelay.objects.update(lease_until=timezone.now() - timedelta(seconds=1))
     assert second._lease(connection.alias)  # expired: taken over
+
+
+def test_outbox__a_row_of_an_unknown_job_is_held(
+    redis_ns: RedisNamespace, no_fast_path: None
+) -> None:
+    handle = Count.enqueue(Tag("new code"), outbox=True)
+    # Written by a web process already running a deploy that this worker has not had yet.
+    OutboxJob.objects.update(job="shop.NotDeployedYet")
+
+    relay().relay(connection.alias)
+
+    held = OutboxJob.objects.get()
+    assert held.job_id == handle.id
+    assert held.attempts == 1
+    assert "'shop.NotDeployedYet' is unknown to worker test-relay" in held.last_error
+    assert run_burst() == []
+
+
+def test_outbox__a_failing_database_is_logged_once_and_its_recovery_too(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.db import OperationalError
+
+    worker, real = relay(), Relay.relay
+    answers = iter([OperationalError("no such table: django_jobs_outboxjob")] * 2)
+
+    def flaky(self: Relay, alias: str) -> bool:
+        failure = next(answers, None)
+        if failure is not None:
+            raise failure
+        return real(self, alias)
+
+    monkeypatch.setattr(Relay, "relay", flaky)
+    with caplog.at_level(logging.INFO, logger="django_jobs.worker.relay"):
+        for _ in range(3):
+            worker.tick()
+
+    lines = [r.getMessage() for r in caplog.records]
+    assert len([line for line in lines if "failed" in line]) == 1
+    assert "is `manage.py migrate` done?" in lines[0]
+    assert lines[-1] == "relaying the outbox of database 'default' works again"
