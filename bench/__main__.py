@@ -30,7 +30,9 @@ django-jobs is measured with its default LEASE (30 s) and with a short one.
 
 Last, with ours among the systems, the outbox's cost (bench/outbox.py: enqueue latency and
 throughput with and without it on SQLite and PostgreSQL, a relay draining 100,000 rows; --quick
-5,000).
+5,000), and what flows cost (bench/flows.py: starts per second, Redis round trips of a
+memoised replay, step overhead against a plain job, end-to-end time of a 3-step and a 10-step
+flow on an idle worker).
 
 N=20000, M=200, 3 runs (medians), cap 120 s; --quick: N=300, M=30, 1 run, cap 8 s, and ours
 only with the short lease. Ratios compare each median with django-jobs' median of this run.
@@ -511,6 +513,10 @@ def main() -> None:
         print()
         outbox = [sys.executable, "-m", "bench.outbox", *(["--quick"] if args.quick else [])]
         subprocess.run(outbox, cwd=ROOT, check=True)
+    if "ours" in systems:  # flows (bench/flows.py): starts/s, round trips, end-to-end latency
+        print()
+        flows = [sys.executable, "-m", "bench.flows", *(["--quick"] if args.quick else [])]
+        subprocess.run(flows, cwd=ROOT, check=True)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ class Context:
         self._seen: set[str] = set()
         self._nows = 0
         self._marked = False
+        #: Records that any later replay would derive again the same way (a sleep past its
+        #: wake time is done; a wait whose signal is here is received): sent with this
+        #: replay's next write, so a memoised replay costs its acquire and one write.
+        self._derived: dict[str, dict[str, Any]] = {}
         #: When this replay started (for its time budget).
         self.began = time.monotonic()
 
@@ -80,7 +84,8 @@ class Context:
     ) -> str:
         """Write under this replay's epoch; raise ReplayLost or Canceled when refused; return
         "ok" or "signaled"."""
-        encoded = {field: dumps(record) for field, record in (status or {}).items()}
+        records = {**self._derived, **(status or {})}
+        encoded = {field: dumps(record) for field, record in records.items()}
         task = None
         if mode == "keep" and not self._marked and self._event is not None:
             task = (self._event.queue, self._event.job_id)  # for the heartbeat's renewals
@@ -95,6 +100,7 @@ class Context:
         if answer == "canceled":
             raise Canceled()
         if answer == "ok":
+            self._derived.clear()
             self._status.update(encoded)
             self._meta.update(meta or {})
         return answer
@@ -219,7 +225,7 @@ class Context:
         if rec["wake_at"] > now:  # an early event: sleep on
             raise self.suspend({}, "sleeping", rec["wake_at"])
         rec.update(state="done", finished_at=now)
-        self.write(status={field: rec})
+        self._derived[field] = rec
 
     def wait_for_signal(
         self, name: str, timeout: timedelta | float | None = None
@@ -251,7 +257,7 @@ class Context:
                     return None, False
             self._reload(sig)  # it arrived meanwhile
         rec.update(state="received", finished_at=time.time())
-        self.write(status={field: rec})
+        self._derived[field] = rec  # signals are never taken back: derived again the same
         return json.loads(self._meta[sig]), True
 
     def _reload(self, field: str) -> None:

@@ -174,3 +174,34 @@ if os.environ.get("SHOP_GHOST"):  # a flow only some workers know (a rolling dep
 
         def run(self, ctx: Context, input: Steps) -> Any:
             return ctx.step("s0", record, ctx.call_id, "s0")
+
+
+def noop(i: int) -> int:
+    return i
+
+
+@dataclass
+class NoopSteps:
+    n: int = 3
+
+
+class BenchSteps(Flow[NoopSteps]):
+    """n no-op steps (the benchmark's flow)."""
+
+    def run(self, ctx: Context, input: NoopSteps) -> Any:
+        return sum(ctx.step(f"s{i}", noop, i) for i in range(input.n))
+
+
+@dataclass
+class StepsThenNap:
+    n: int = 10
+    seconds: float = 0.05
+
+
+class BenchNap(Flow[StepsThenNap]):
+    """n no-op steps, then a sleep: its timer's event is a memoised replay."""
+
+    def run(self, ctx: Context, input: StepsThenNap) -> Any:
+        total = sum(ctx.step(f"s{i}", noop, i) for i in range(input.n))
+        ctx.sleep("nap", input.seconds)
+        return total

@@ -292,3 +292,24 @@ def test_start__on_commit_waits_for_the_commit(
     run = get_run(call)
     assert run is not None
     assert run.status == "succeeded"
+
+
+def test_replay__a_memoised_replay_costs_two_round_trips(redis_ns: RedisNamespace) -> None:
+    import time as _time
+
+    from bench.flows import Counter
+    from django_jobs.flows.engine import replay
+    from django_jobs.flows.events import FlowEventPayload
+    from testproject.shop.flows import BenchNap, StepsThenNap
+
+    call = BenchNap.start(StepsThenNap(n=10, seconds=0.05))
+    drain()
+    wait_until(lambda: _time.time() > get_run(call).steps[-1].next_at.timestamp())  # type: ignore[union-attr]
+    with Counter.installed() as counter:
+        counter.count = 0
+        replay(FlowEventPayload(call, BenchNap.name), None)  # its timer's event
+        assert counter.count == 2  # acquire (and read), then the finish with the sleep's end
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
+    assert run.output == sum(range(10))
