@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 from datetime import timedelta
 from typing import Any
@@ -122,3 +123,13 @@ def _probe(name: str) -> Any:
 for _name, _signal in (("enqueued", task_enqueued), ("started", task_started),
                        ("finished", task_finished)):  # fmt: skip
     _signal.connect(_probe(_name), weak=False, dispatch_uid=f"tests-probe-{_name}")
+
+
+@task(takes_context=True)
+def crash_once(context: TaskContext) -> int:
+    """Kills its own worker child on its first run (SIGKILL: no exception, no outcome)."""
+    jobs = settings.JOBS
+    client = redis.Redis.from_url(jobs["REDIS_URL"])
+    if client.set(f"{jobs['NAMESPACE']}:probe:crashed:{context.task_result.id}", 1, nx=True):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return context.attempt
