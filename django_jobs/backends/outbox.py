@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -41,6 +42,11 @@ OUTBOXED = "outboxed"
 #: Seconds a row whose send failed waits before the next try: doubling from FIRST_HOLD.
 FIRST_HOLD = 5.0
 MOST_HOLD = 600.0
+#: Seconds the fast path leaves new rows to the relay after Redis did not answer it, so that
+#: requests do not each wait out ENQUEUE_TIMEOUT through an outage.
+SKIP_AFTER_FAILURE = 5.0
+#: The clock of that pause (tests move it).
+clock = time.monotonic
 #: The name of the heartbeat row (OutboxRelay).
 RELAY_ROW = "relay"
 
@@ -96,17 +102,27 @@ class OutboxBackend:
     def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
         self.using = using
         self.redis = RedisBackend()
+        #: After Redis did not answer: which broker, and until when (monotonic) not to try it.
+        self.skip: tuple[object, float] | None = None
 
     def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
+        kept = [Accepted(OUTBOXED)] * len(submissions)
+        broker = get_broker()
+        ids = ", ".join(f"{s.job.name} {s.message.id}" for s in submissions)
+        if self.skip is not None and self.skip[0] is broker and clock() < self.skip[1]:
+            logger.debug("outbox: Redis did not answer lately; left to the relay: %s", ids)
+            return kept
         try:
             answers = self.redis.submit(submissions)
         except BrokerUnavailable as exc:
+            if not isinstance(exc, BrokerRefused):
+                self.skip = (broker, clock() + SKIP_AFTER_FAILURE)
             logger.warning(
                 "outbox: %d job(s) kept in the outbox, to be sent by a worker's relay once "
-                "Redis answers (%s): %s", len(submissions), exc,
-                ", ".join(f"{s.job.name} {s.message.id}" for s in submissions),
+                "Redis answers (%s): %s; for %gs this process leaves its new jobs to the relay",
+                len(submissions), exc, ids, SKIP_AFTER_FAILURE,
             )  # fmt: skip
-            return [Accepted(OUTBOXED)] * len(submissions)
+            return kept
         try:
             OutboxJob.objects.using(self.using).filter(
                 job_id__in=[s.message.id for s in submissions]

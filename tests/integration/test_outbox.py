@@ -302,3 +302,16 @@ def test_outbox__a_failing_database_is_logged_once_and_its_recovery_too(
     assert len([line for line in lines if "failed" in line]) == 1
     assert "is `manage.py migrate` done?" in lines[0]
     assert lines[-1] == "relaying the outbox of database 'default' works again"
+
+
+def test_outbox__after_redis_failed_the_fast_path_leaves_new_jobs_to_the_relay_for_a_while(
+    down: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    down.stop()
+    assert Count.enqueue(Tag("a")).state == "outboxed"
+    down.start()
+
+    assert Count.enqueue(Tag("b")).state == "outboxed"  # not tried: no request waits it out
+    monkeypatch.setattr(outbox, "clock", lambda: float("inf"))
+    assert Count.enqueue(Tag("c")).state == "pending"  # tried again after the pause
+    assert OutboxJob.objects.count() == 2
