@@ -32,6 +32,10 @@ class Profile:
     outages: int
     #: Scenario 11: windows of maxmemory with noeviction under enqueues and a worker.
     oom_windows: int
+    #: Scenario 12: three-step flows replayed under kill -9s of whole workers (and one Redis
+    #: restart with AOF), and how many kills.
+    flows: int = 200
+    flow_kills: int = 4
 
 
 PROFILES = {
@@ -68,5 +72,7 @@ PROFILES = {
         supervisor_kills=10,
         outages=3,
         oom_windows=4,
+        flows=1000,
+        flow_kills=10,
     ),
 }

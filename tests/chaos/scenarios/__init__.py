@@ -1,5 +1,5 @@
-"""The scenarios, 1-8 in the order of issue 7, 9-11 from issue 12: each fills in a Result;
-raising fails it."""
+"""The scenarios, 1-8 in the order of issue 7, 9-11 from issue 12, 12 (flows) from issue 16:
+each fills in a Result; raising fails it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios import (
     bad_input,
+    flows,
     frozen_worker,
     gil,
     kills,
@@ -39,4 +40,5 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("9", "9 kill -9 of the supervisor", supervisor_kill.run),
     ("10", "10 Redis paused past the lease", outage.run),
     ("11", "11 maxmemory, noeviction", oom.run),
+    ("12", "12 flows: kill -9, Redis restart (AOF)", flows.run),
 ]
