@@ -14,11 +14,11 @@ import asyncio
 import dataclasses
 import json
 import time
-import traceback
 from inspect import iscoroutinefunction
 from typing import Any, ClassVar
 
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus
+from django.tasks.base import TaskError
 from django.tasks.signals import task_finished, task_started
 from django.utils.json import normalize_json
 
@@ -30,6 +30,7 @@ from django_jobs.exceptions import JobTimeout, LeaseLost
 from django_jobs.jobs import Fail, Job, Retry, SkipRetry
 from django_jobs.tasks.result import build
 from django_jobs.tasks.task import TaskPayload, at, task_of
+from django_jobs.worker.policy import current_traceback
 
 #: The largest return value kept, in bytes of JSON (OPTIONS["MAX_RETURN_BYTES"] overrides it).
 MAX_RETURN_BYTES = 65536
@@ -82,7 +83,7 @@ class DjangoTask(Job[TaskPayload]):
         except BaseException as exc:
             final = isinstance(exc, Fail) or ctx.attempt >= payload.max_attempts
             kind = type(exc)
-            error = AttemptError(f"{kind.__module__}.{kind.__qualname__}", traceback.format_exc())
+            error = AttemptError(f"{kind.__module__}.{kind.__qualname__}", current_traceback())
             if broker is not None:
                 fail(broker, ctx.queue, ctx.job_id, attempt=ctx.attempt, error=error,
                      now=time.time(), final=final, retention=payload.retention)  # fmt: skip
@@ -110,9 +111,7 @@ class DjangoTask(Job[TaskPayload]):
         task_finished.send(sender=sender, task_result=done)
 
 
-def _task_error(error: AttemptError) -> Any:
-    from django.tasks.base import TaskError
-
+def _task_error(error: AttemptError) -> TaskError:
     return TaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
 
 
