@@ -22,8 +22,8 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E015    | queued mail has no real backend: a queued mailer names itself, |
 |                     | a queued mailer or a missing alias (in django_jobs/mail/checks) |
 | django_jobs.E016    | ENQUEUE_ON_COMMIT or OUTBOX is not True or False               |
-| django_jobs.E030    | FLOWS_NAMESPACE is not a queue name, or its queues are in QUEUES |
-| django_jobs.E031    | FLOW_REPLAY_RENEW is not shorter than FLOW_REPLAY_LEASE        |
+| django_jobs.E040    | FLOWS_NAMESPACE is not a queue name, or its queues are in QUEUES |
+| django_jobs.E041    | FLOW_REPLAY_RENEW is not shorter than FLOW_REPLAY_LEASE        |
 | django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 | django_jobs.W002    | OUTBOX is on and no worker has relayed the outbox for a while  |

@@ -241,7 +241,7 @@ def _check_flows(raw: dict[str, Any]) -> list[Error]:
     if not _is_name(ns):
         errors.append(
             error(
-                30,
+                40,
                 f"JOBS['FLOWS_NAMESPACE'] is {ns!r}, not a usable queue name.",
                 "Use a short name of letters, digits, '_', '-' or '.', such as 'flows'.",
             )
@@ -249,7 +249,7 @@ def _check_flows(raw: dict[str, Any]) -> list[Error]:
     elif isinstance(queues, Sequence) and {ns, f"{ns}_critical"} & set(queues):
         errors.append(
             error(
-                30,
+                40,
                 f"JOBS['FLOWS_NAMESPACE'] {ns!r} names the queues {ns!r} and {ns + '_critical'!r}"
                 f", and one of them is already in JOBS['QUEUES'].",
                 "Give flows a namespace of their own: jobs and flow events must not share a queue.",
@@ -261,7 +261,7 @@ def _check_flows(raw: dict[str, Any]) -> list[Error]:
         if seconds[0] >= seconds[1]:
             errors.append(
                 error(
-                    31,
+                    41,
                     f"JOBS['FLOW_REPLAY_RENEW'] ({renew}) is not shorter than "
                     f"JOBS['FLOW_REPLAY_LEASE'] ({lease}).",
                     "A replay lease would expire between renewals and two workers could replay "
