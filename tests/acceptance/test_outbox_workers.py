@@ -2,8 +2,9 @@
 commit and its fast path loses nothing; two workers relaying one backlog send each job once.
 
 The workers and the killed process use the test's own PostgreSQL database (transaction=True, so
-that they see its rows); on SQLite (an in-memory database no other process can open) these
-tests are skipped, and tests/integration/test_outbox.py covers the SQLite relay.
+that they see its rows); on SQLite (an in-memory database no other process can open) those two
+are skipped. The SQLite relay (one relay at a time, by a lease) is tested with two workers on a
+migrated SQLite file of their own, on every leg.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from testproject.probes.jobs import Tally, Work
 from tests.acceptance.conftest import ROOT, Worker, probe
 from tests.conftest import RedisNamespace, wait_until
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        connection.vendor != "postgresql", reason="other processes share the database"
-    ),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
+#: The tests whose processes share the test's own database.
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="other processes share the test database"
+)
 
 #: The web process: enqueue in a transaction with the outbox, and die right after the commit,
 #: before the fast path runs (its first step is OutboxBackend.submit).
@@ -72,6 +72,7 @@ def start(ns: RedisNamespace, tmp_path: Path, name: str, *args: str) -> Worker:
     return worker.start(*args, OUTBOX=True)
 
 
+@postgres_only
 def test_outbox__killed_between_commit_and_fast_path_loses_nothing(
     redis_ns: RedisNamespace, tmp_path: Path
 ) -> None:
@@ -105,6 +106,7 @@ class _NoFastPath:
         return [Accepted(outbox.OUTBOXED)] * len(submissions)
 
 
+@postgres_only
 def test_outbox__two_workers_relaying_ten_thousand_rows_run_each_job_once(
     redis_ns: RedisNamespace, tmp_path: Path
 ) -> None:
@@ -137,3 +139,54 @@ def test_outbox__two_workers_relaying_ten_thousand_rows_run_each_job_once(
     relayed = [sum(map(int, RELAYED.findall(w.output()))) for w in workers]
     assert sum(relayed) == 10_000, relayed
     assert all(relayed), relayed
+
+
+#: Write a backlog into the outbox of DATABASE_URL as an outage leaves it (no fast path).
+BACKLOG = textwrap.dedent(
+    """
+    import sys, django
+    django.setup()
+    from django.core.management import call_command
+    from django_jobs.backends import outbox
+    from django_jobs.broker.protocol import Accepted
+    from testproject.probes.jobs import Tally, Work
+
+    call_command("migrate", verbosity=0, interactive=False)
+    outbox.OutboxBackend.submit = lambda self, s: [Accepted(outbox.OUTBOXED)] * len(s)
+    Tally.enqueue_many([Work(f"t{i}") for i in range(int(sys.argv[1]))], outbox=True)
+    """
+)
+
+
+def test_outbox__two_workers_on_sqlite_relay_one_at_a_time_and_run_each_job_once(
+    redis_ns: RedisNamespace, tmp_path: Path
+) -> None:
+    url = f"sqlite:///{tmp_path / 'outbox.sqlite3'}"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(
+        DJANGO_SETTINGS_MODULE="testproject.settings", DATABASE_URL=url, REDIS_URL=redis_ns.url,
+        JOBS_NAMESPACE=redis_ns.namespace, JOBS_EXTRA=json.dumps({"OUTBOX": True}),
+    )  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", BACKLOG, "3000"], cwd=ROOT, env=env, check=True, timeout=120
+    )
+    workers = [
+        Worker(redis_ns.url, redis_ns.namespace, tmp_path / f"w{i}.log", url).start(
+            "--concurrency", "2", OUTBOX=True
+        )
+        for i in range(2)
+    ]
+    try:
+        wait_until(
+            lambda: sum(tally(redis_ns).values()) >= 3000, timeout=60, interval=0.2,
+            why=lambda: workers[0].output()[-3000:],
+        )  # fmt: skip
+    finally:
+        for w in workers:
+            w.kill()
+    runs = tally(redis_ns)
+    assert len(runs) == 3000
+    assert set(runs.values()) == {1}
+    relayed = [sum(map(int, RELAYED.findall(w.output()))) for w in workers]
+    assert sum(relayed) == 3000, relayed  # one relay at a time: nothing sent twice
+    assert not any("database is locked" in w.output() for w in workers)
