@@ -55,8 +55,10 @@ class Context:
         #: wake time is done; a wait whose signal is here is received): sent with this
         #: replay's next write, so a memoised replay costs its acquire and one write.
         self._derived: dict[str, dict[str, Any]] = {}
-        #: When this replay started (for its time budget).
-        self.began = time.monotonic()
+        #: When this replay started, and when it should hand over to a fresh event: half-way
+        #: to its event's timeout, so that a flow of many long steps is never cut short.
+        self.began = time.time()
+        self.budget = (event.deadline - self.began) / 2 if event is not None else None
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -176,6 +178,8 @@ class Context:
         rec.update(state="done")
         rec.pop("error", None)
         self.write(status={field: rec}, meta={f"v:{name}": dumps(value)})
+        if self.budget is not None and time.time() - self.began > self.budget:
+            raise self.suspend({}, "running", time.time())  # go on in a fresh event
         return value
 
     def _failed(

@@ -42,8 +42,9 @@ class FlowEvent(Job[FlowEventPayload]):
     name = FLOW_EVENT
     queue = ""  # every event names its queue: one of the flows' pair (events.publish)
     retention = 0  # an event is done once replayed: keep nothing
-    # Attempts are the engine's (per step); an event that raises is a bug of the engine.
-    max_attempts = 3
+    # Steps count their own attempts; an event raises only when the engine could not write
+    # (Redis unreachable meanwhile): its retries ride out an outage.
+    max_attempts = 10
 
     def run(self, payload: FlowEventPayload) -> None:
         replay(payload, self.context)

@@ -218,3 +218,20 @@ def test_parallel__a_fan_out_of_1000_with_limit_10_never_runs_more_than_10(
     seen = [int(x) for x in probe(redis_ns, "concurrency")]
     assert len(seen) == 1000
     assert max(seen) <= 10
+
+
+def test_cancel__a_running_step_is_asked_to_stop(worker: Worker, redis_ns: RedisNamespace) -> None:
+    from django_jobs.flows import cancel
+
+    call = FrozenFlow.start(Frozen(pause=30))
+    worker.start(**FLOWS)
+    wait_until(lambda: probe(redis_ns, "steps"), timeout=20, why=worker.output)
+    started = time.monotonic()
+    assert cancel(call, "too slow") is True
+    finished(call, worker, timeout=10)
+    assert time.monotonic() - started < 5  # interrupted, not waited for
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "canceled"
+    assert run.error == "canceled: too slow"
+    assert worker.children()  # the child went on to serve, not killed

@@ -313,3 +313,17 @@ def test_replay__a_memoised_replay_costs_two_round_trips(redis_ns: RedisNamespac
     assert run is not None
     assert run.status == "succeeded"
     assert run.output == sum(range(10))
+
+
+def test_replay__hands_over_to_a_fresh_event_half_way_to_its_timeout(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "TIMEOUT": 0.5}
+    call = StepsFlow.start(Steps(n=4, pause=0.1))
+    outcomes = run_burst(list(get_settings().flow_queues))
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded", run.error
+    assert len(outcomes) >= 2  # the start, then at least one hand-over (one event without)
+    assert all(o.state == "completed" for o in outcomes)
+    assert len(steps_run(redis_ns)) == 4

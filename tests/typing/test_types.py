@@ -29,3 +29,20 @@ def test_enqueue__mypy_rejects_wrong_payloads(tmp_path: Path) -> None:
     assert set(errors) == set(expected), stdout + stderr
     for number, text in expected.items():
         assert text in errors[number], f"line {number}: {errors[number]!r} lacks {text!r}"
+
+
+def test_flow_start__mypy_rejects_wrong_inputs(tmp_path: Path) -> None:
+    case = CASES / "flows.py"
+    expected = {
+        number: line.split("# E:")[1].strip()
+        for number, line in enumerate(case.read_text().splitlines(), start=1)
+        if "# E:" in line
+    }
+    stdout, stderr, _ = api.run(
+        ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", str(tmp_path),
+         "--strict", str(case)]
+    )  # fmt: skip
+    errors = {int(m[1]): m[2] for m in re.finditer(r"^.*?:(\d+): error: (.*)$", stdout, re.M)}
+    assert set(errors) == set(expected), stdout + stderr
+    for number, text in expected.items():
+        assert text in errors[number], f"line {number}: {errors[number]!r} lacks {text!r}"
