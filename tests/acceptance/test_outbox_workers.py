@@ -4,7 +4,7 @@ commit and its fast path loses nothing; two workers relaying one backlog send ea
 The workers and the killed process use the test's own PostgreSQL database (transaction=True, so
 that they see its rows); on SQLite (an in-memory database no other process can open) those two
 are skipped. The SQLite relay (one relay at a time, by a lease) is tested with two workers on a
-migrated SQLite file of their own, on every leg.
+migrated SQLite file of their own, whatever the leg's database.
 """
 
 from __future__ import annotations
