@@ -229,7 +229,8 @@ def run_burst(queues: Sequence[str] | None = None, max_tasks: int | None = None)
     """
     broker = get_broker()
     # No connection hygiene: the test's own transaction must survive the jobs it runs.
-    processor = Processor(broker, queues, hygiene=False)
+    # By default every queue a worker serves: the flows' pair too, so flows run to their end.
+    processor = Processor(broker, queues or broker.settings.served_queues, hygiene=False)
     outcomes: list[Outcome] = []
     while max_tasks is None or len(outcomes) < max_tasks:
         outcome = processor.process_one()

@@ -97,8 +97,11 @@ def run(flow_cls: type[Flow[Any]], ctx: Context) -> None:
                        "replay stops, writing nothing", ctx.flow, ctx.call_id)  # fmt: skip
         return
     except (Canceled, LeaseLost) as stopped:
-        if isinstance(stopped, LeaseLost) and not _cancel_asked(ctx):
-            raise  # the event's lease is lost: nothing is written, the task is another's
+        why = _interrupted(ctx) if isinstance(stopped, LeaseLost) else "canceled"
+        if why == "taken":
+            return  # another replay holds the call now: this event has nothing left to do
+        if why == "lost":
+            raise  # the event's own lease is lost: nothing is written, the task is another's
         _finish(ctx, "canceled")
         return
     except Exception as exc:
@@ -128,9 +131,13 @@ def _output_problem(output: Any) -> str:
     return refuse_non_json(output)
 
 
-def _cancel_asked(ctx: Context) -> bool:
+def _interrupted(ctx: Context) -> str:
+    """Why the supervisor interrupted this replay (LeaseLost): "canceled" (cancel() was asked),
+    "taken" (its replay lease is another replay's now) or "lost" (the event's task lease)."""
     (state,) = ctx.store.read([ctx.call_id])
-    return state is not None and "cancel" in state.meta
+    if state is None or state.meta.get("epoch") != ctx.epoch:
+        return "taken"
+    return "canceled" if "cancel" in state.meta else "lost"
 
 
 def _finish(ctx: Context, status: str, *, output: str = "", error: str = "") -> bool:
