@@ -297,11 +297,18 @@ def test_idempotency_key__refuses_a_second_enqueue_in_the_window(backend: JobsBa
     t.noop.enqueue()  # outside the block: no key
 
 
-def test_get_result__kept_for_the_retention_then_gone(backend: JobsBackend) -> None:
+def test_get_result__kept_for_the_retention_even_after_the_task_record(
+    backend: JobsBackend,
+) -> None:
     result = t.meaning.enqueue()
     run_burst()
-    ttl = get_broker().client.ttl(f"{get_broker().keys('default').prefix}:dt:{result.id}")
+    broker = get_broker()
+    ttl = broker.client.ttl(f"{broker.keys('default').prefix}:dt:{result.id}")
     assert 86000 < ttl <= 86400  # JOBS["RETENTION"] after the last write
+    broker.client.delete(broker.keys("default").task(result.id))  # as the janitor does
+    again = t.meaning.get_result(result.id)
+    assert (again.status, again.return_value) == (TaskResultStatus.SUCCESSFUL, 42)
+    assert again.enqueued_at == result.enqueued_at
 
 
 @pytest.mark.django_db
