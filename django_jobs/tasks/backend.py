@@ -80,10 +80,10 @@ class JobsBackend(BaseTaskBackend):
                 not isinstance(task.max_attempts, int) or task.max_attempts < 1
             ):
                 raise InvalidTask(f"max_attempts must be 1 or more, got {task.max_attempts!r}")
-            for name in ("timeout", "retention"):
-                value = getattr(task, name)
-                if value is not None and not to_seconds(value) >= (name == "timeout"):
-                    raise InvalidTask(f"{name} must be a positive duration, got {value!r}")
+            if task.timeout is not None and not to_seconds(task.timeout) > 0:
+                raise InvalidTask(f"timeout must be a positive duration, got {task.timeout!r}")
+            if task.retention is not None and not to_seconds(task.retention) >= 0:
+                raise InvalidTask(f"retention must be 0 or more, got {task.retention!r}")
 
     def enqueue(  # type: ignore[override]  # the stubs' generic signature
         self, task: Task[..., Any], args: Sequence[Any], kwargs: dict[str, Any]

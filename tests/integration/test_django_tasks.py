@@ -408,3 +408,18 @@ def test_enqueue__with_the_outbox_on_is_sent_when_the_transaction_commits(
     run_burst()
     result.refresh()
     assert result.return_value == 42
+
+
+def test_validate_task__our_options(backend: JobsBackend) -> None:
+    from django_jobs.tasks import task
+
+    with pytest.raises(InvalidTask, match="max_attempts must be 1 or more"):
+        task(max_attempts=0)(t.noop.func)
+    with pytest.raises(InvalidTask, match="timeout must be a positive duration"):
+        task(timeout=timedelta(0))(t.noop.func)
+    assert task(timeout=0.5)(t.noop.func).timeout == 0.5
+    with pytest.raises(InvalidTask, match="retention must be 0 or more"):
+        task(retention=-1)(t.noop.func)
+    with pytest.raises(TypeError, match="run_after cannot be set on @task"):
+        task(run_after=timezone.now())(t.noop.func)
+    assert task(retention=0)(t.noop.func).retention == 0  # 0: keep nothing
