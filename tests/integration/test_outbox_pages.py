@@ -4,6 +4,7 @@ outbox fills) and the API overview."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -77,3 +78,19 @@ def test_api_overview__includes_the_outbox(
     assert outbox["oldest_age"] >= 0
     assert outbox["held"] == 0
     assert outbox["relayed_by"] == "host:1:abc"
+
+
+def test_queues_page__says_who_relayed_last_in_utc(
+    redis_ns: RedisNamespace, settings: Any, admin_user: AbstractUser
+) -> None:
+    settings.JOBS = {**settings.JOBS, "OUTBOX": True}
+    settings.TIME_ZONE = "Europe/Paris"
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    OutboxRelay.objects.create(worker="host:1:abc", relayed_at=at)
+    client = Client()
+    client.force_login(admin_user)
+
+    page = client.get("/admin/django_jobs/queue/").content.decode()
+
+    assert "0</strong> jobs waiting to be sent to Redis." in page
+    assert "Last relayed by worker host:1:abc at 2026-01-02 03:04:05 UTC." in page
