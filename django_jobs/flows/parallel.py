@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
+from django.db import connections
+
 from django_jobs.broker.flows import dumps
 from django_jobs.flows.errors import Canceled, FlowError, ReplayLost, StepFailed
 from django_jobs.flows.steps import Backoff, delay_after, refuse_non_json
@@ -79,6 +81,7 @@ def run_parallel(
                     ctx.write(status={key: rec}, meta=meta)
                 except (ReplayLost, Canceled) as exc:
                     problem.append(exc)
+        connections.close_all()  # this thread's own, if the item opened any
 
     ready = [i for i in todo if items[i].get("next_at", 0) <= now]
     with ThreadPoolExecutor(max_workers=limit, thread_name_prefix=f"flow-{name}") as pool:
