@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from django_jobs.broker.flows import dumps
-from django_jobs.exceptions import LeaseLost
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, LeaseLost
 from django_jobs.flows.base import Flow, registry
 from django_jobs.flows.context import Context
 from django_jobs.flows.errors import Canceled, ReplayLost, StepFailed, Suspend, UnknownFlow
@@ -104,6 +104,8 @@ def run(flow_cls: type[Flow[Any]], ctx: Context) -> None:
             raise  # the event's own lease is lost: nothing is written, the task is another's
         _finish(ctx, "canceled")
         return
+    except (BrokerUnavailable, BrokerRefused):
+        raise  # an engine write that did not go through: the event is retried, the run goes on
     except Exception as exc:
         error = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
         if _finish(ctx, "failed", error=error[:2000]):

@@ -327,3 +327,27 @@ def test_replay__hands_over_to_a_fresh_event_half_way_to_its_timeout(
     assert len(outcomes) >= 2  # the start, then at least one hand-over (one event without)
     assert all(o.state == "completed" for o in outcomes)
     assert len(steps_run(redis_ns)) == 4
+
+
+def test_replay__redis_failing_an_engine_write_retries_the_event_not_fail_the_run(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_jobs.broker.flows import FlowStore
+    from django_jobs.exceptions import BrokerUnavailable
+
+    real = FlowStore.write
+    calls: list[str] = []
+
+    def flaky_write(self: FlowStore, *args: Any, **kwargs: Any) -> str:
+        calls.append(args[1])
+        if len(calls) == 2:  # the first step's "done"
+            raise BrokerUnavailable("Redis did not answer (a blip)")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(FlowStore, "write", flaky_write)
+    call = StepsFlow.start(Steps(n=2))
+    (outcome,) = run_burst(list(get_settings().flow_queues))
+    assert outcome.state == "retry"
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "running"
