@@ -273,14 +273,15 @@ class Context:
     def parallel(
         self,
         name: str,
-        calls: Sequence[Callable[[], Any]],
+        calls: Sequence[Callable[[], Any] | tuple[Any, ...]],
         limit: int = 4,
         *,
         max_attempts: int = DEFAULT_STEP_ATTEMPTS,
         backoff: Backoff = None,
     ) -> list[Any]:
-        """Run each call (a function of no arguments) as a step of its own, at most `limit` at
-        once; return their values in order. See parallel.py."""
+        """Run each call (a function of no arguments, or a (function, arg, ...) tuple) as a
+        step of its own, at most `limit` at once; return their values in order. See
+        parallel.py."""
         from django_jobs.flows.parallel import run_parallel
 
         self._name(name)

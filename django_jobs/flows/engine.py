@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import time
@@ -161,7 +162,20 @@ def _finish(ctx: Context, status: str, *, output: str = "", error: str = "") -> 
 
 
 def _hook(hook: Any, ctx: Context, value: Any) -> None:
+    """Call on_success(ctx, output) / on_failure(ctx, error); a hook written with the value
+    alone, as on_success(self, output), is called so."""
     try:
-        hook(ctx, value)
+        try:
+            parameters = inspect.signature(hook).parameters.values()
+            positional = [
+                p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            varargs = any(p.kind is p.VAR_POSITIONAL for p in parameters)
+        except (TypeError, ValueError):
+            positional, varargs = [], True
+        if len(positional) == 1 and not varargs:
+            hook(value)
+        else:
+            hook(ctx, value)
     except Exception:
         logger.exception("flow %s %s: %s raised", ctx.flow, ctx.call_id, hook.__name__)

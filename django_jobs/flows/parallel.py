@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def run_parallel(
     ctx: Context,
     name: str,
-    calls: Sequence[Callable[[], Any]],
+    calls: Sequence[Callable[[], Any] | tuple[Any, ...]],
     limit: int,
     max_attempts: int,
     backoff: Backoff,
@@ -60,7 +60,7 @@ def run_parallel(
         rec.update(attempts=rec.get("attempts", 0) + 1, started_at=time.time())
         key = f"item:{name}#{i}"
         try:
-            value = calls[i]()
+            value = _call(calls[i])
             error = refuse_non_json(value)
         except Exception as exc:
             value, error = None, f"{type(exc).__name__}: {exc}"[:1000]
@@ -109,3 +109,10 @@ def run_parallel(
     group.update(state="done", finished_at=time.time())
     ctx.write(status={field: group})
     return [json.loads(ctx._meta[f"v:{name}#{i}"]) for i in range(len(calls))]
+
+
+def _call(item: Any) -> Any:
+    """Run one item: a function of no arguments, or a (function, arg, ...) tuple."""
+    if isinstance(item, tuple) and item and callable(item[0]):
+        return item[0](*item[1:])
+    return item()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -81,6 +82,10 @@ class Run:
     finished_at: datetime | None = None
     steps: list[StepInfo] = field(default_factory=list)
 
+    def step(self, name: str) -> StepInfo | None:
+        """The step (or sleep, wait, parallel) of that name, if the run has reached it."""
+        return next((s for s in self.steps if s.name == name), None)
+
 
 def _run(state: CallState) -> Run:
     m = state.meta
@@ -128,6 +133,12 @@ class RunPage:
     page: int
     per_page: int
     has_next: bool
+
+    def __iter__(self) -> Iterator[Run]:
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
 
 
 def list_runs(

@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from types import FrameType
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ T = TypeVar("T")
 
 #: A step's delay before its next run: seconds, a function of the failures so far, or None
 #: (1 s, 4 s, 15 s, 60 s, then 60 s, each with 10 % jitter).
-Backoff = float | Callable[[int], float] | None
+Backoff = float | timedelta | Callable[[int], float] | None
 BACKOFF = (1.0, 4.0, 15.0, 60.0)
 
 
@@ -26,8 +27,11 @@ def delay_after(backoff: Backoff, failures: int) -> float:
     if backoff is None:
         base = BACKOFF[min(failures, len(BACKOFF)) - 1]
         return base * random.uniform(0.9, 1.1)
+    if isinstance(backoff, timedelta):
+        return max(0.0, backoff.total_seconds())
     if callable(backoff):
-        return max(0.0, float(backoff(failures)))
+        value = backoff(failures)
+        return max(0.0, value.total_seconds() if isinstance(value, timedelta) else float(value))
     return max(0.0, float(backoff))
 
 

@@ -351,3 +351,42 @@ def test_replay__redis_failing_an_engine_write_retries_the_event_not_fail_the_ru
     run = get_run(call)
     assert run is not None
     assert run.status == "running"
+
+
+def test_api__parallel_tuples_one_arg_hooks_timedelta_backoff_iterable_pages(
+    redis_ns: RedisNamespace,
+) -> None:
+    from dataclasses import dataclass
+    from datetime import timedelta
+
+    from django_jobs.flows import Flow
+
+    seen: list[Any] = []
+
+    @dataclass
+    class In:
+        x: int = 0
+
+    def twice(i: int) -> int:
+        return 2 * i
+
+    class Shapes(Flow[In]):
+        name = "tests.Shapes"
+
+        def run(self, ctx: Any, input: In) -> Any:
+            values = ctx.parallel("p", [(twice, i) for i in range(3)], limit=2)
+            ctx.step("b", twice, 5, backoff=timedelta(seconds=1))
+            return values
+
+        def on_success(self, output: Any) -> None:  # the value alone
+            seen.append(output)
+
+    call = Shapes.start(In())
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.output == [0, 2, 4]
+    assert seen == [[0, 2, 4]]
+    assert run.step("b") is not None
+    assert [r.call_id for r in list_runs(flow="tests.Shapes")] == [call]
+    assert len(list_runs(status="succeeded")) == 1
