@@ -355,6 +355,11 @@ def test_admin_browser__schedules_page_run_now_pause_and_narrow_screen(
     assert box is not None
     assert box["width"] <= 420, box
     shots += docs_screenshot(small, tmp_path, "schedules-420.png")
+    # And a schedule's own page, with its fire history.
+    small.goto(f"{live_server.url}/admin/django_jobs/schedule/nightly-cleanup/")
+    expect(small.locator("table.jobs-fires td.field-id")).to_have_text([first])
+    no_sideways_scroll(small, 420)
+    shots += docs_screenshot(small, tmp_path, "schedule-420.png")
     narrow.close()
 
     print("\nscreenshots:", *shots, sep="\n  ")
