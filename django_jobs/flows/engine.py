@@ -4,7 +4,8 @@
    JOBS["FLOW_UNKNOWN_DELAY"], and after JOBS["FLOW_UNKNOWN_GRACE"] let it go dead with
    "unknown flow X: is this worker's code up to date?".
 2. An event whose worker died under it is published afresh (the per-step crash count bounds a
-   step that kills its worker; the event's own would strand the call after MAX_CRASHES).
+   step that kills its worker; the event's own would strand the call after MAX_CRASHES), up
+   to CRASH_LOOP times MAX_CRASHES in a row.
 3. Take the call's replay lease under a new epoch and read its state: one round trip. Busy
    (another replay holds it): publish the event again shortly, so that what it brings (a
    signal) is seen. Finished or gone: nothing to do.
@@ -33,6 +34,11 @@ from django_jobs.message import JobContext, payload_from_json
 
 logger = logging.getLogger("django_jobs.flows")
 
+#: A chain of events each of whose worker died (each published afresh by the next delivery,
+#: so that the event's own crash budget does not strand the call) ends after this many times
+#: MAX_CRASHES: the steps' own crash counts bound a step that kills its worker, this bounds
+#: flow code that does so outside any step.
+CRASH_LOOP = 10
 #: Bounds of the delay before a busy call's event is offered again, in seconds.
 BUSY_DELAY = (0.05, 1.0)
 
@@ -65,9 +71,16 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
         publish(payload.call_id, payload.flow, delay=s.settings.flow_unknown_delay,
                 unknown_since=since)  # fmt: skip
         return
+    crash_loop = ""
     if event is not None and event.crashes:
-        publish(payload.call_id, payload.flow)  # a fresh event, with no crash counted
-        return
+        crashes = payload.crashes + event.crashes
+        if crashes < CRASH_LOOP * s.settings.max_crashes:
+            publish(payload.call_id, payload.flow, crashes=crashes)  # a fresh event
+            return
+        crash_loop = (
+            f"its replays crashed their worker {crashes} times in a row (its code outside "
+            f"steps, or a step that kills its worker before it is recorded running?)"
+        )
     acquired = s.acquire(payload.call_id)
     if acquired.kind == "busy":
         delay = min(max(acquired.pttl / 1000, BUSY_DELAY[0]), BUSY_DELAY[1])
@@ -77,6 +90,10 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
         return  # finished (a duplicate or late event) or gone (past its retention)
     ctx = Context(s, payload.call_id, flow_cls.name, acquired.epoch, acquired.meta,
                   acquired.status, event)  # fmt: skip
+    if crash_loop:
+        if _finish(ctx, "failed", error=crash_loop):
+            _hook(flow_cls().on_failure, ctx, StepFailed("(replay)", crash_loop))
+        return
     run(flow_cls, ctx)
 
 

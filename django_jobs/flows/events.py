@@ -34,6 +34,8 @@ class FlowEventPayload:
     flow: str
     #: When a worker first found the flow unknown (epoch seconds), or 0.
     unknown_since: float = 0.0
+    #: Workers that died under this event's predecessors (see engine.CRASH_LOOP).
+    crashes: int = 0
 
 
 def store() -> FlowStore:
@@ -41,11 +43,17 @@ def store() -> FlowStore:
 
 
 def publish(
-    call_id: str, flow: str, *, delay: float = 0.0, start: bool = False, unknown_since: float = 0.0
+    call_id: str,
+    flow: str,
+    *,
+    delay: float = 0.0,
+    start: bool = False,
+    unknown_since: float = 0.0,
+    crashes: int = 0,
 ) -> None:
     """Publish an event for a call: on the critical queue unless it is the start."""
     critical, starts = get_settings().flow_queues
-    payload = FlowEventPayload(call_id, flow, unknown_since)
+    payload = FlowEventPayload(call_id, flow, unknown_since, crashes)
     options = Options(queue=starts if start else critical, delay=max(0.0, delay) or None)
     enqueue(jobs.get(FLOW_EVENT), [(payload, None)], options, on_commit=False)
 

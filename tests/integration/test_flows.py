@@ -390,3 +390,30 @@ def test_api__parallel_tuples_one_arg_hooks_timedelta_backoff_iterable_pages(
     assert run.step("b") is not None
     assert [r.call_id for r in list_runs(flow="tests.Shapes")] == [call]
     assert len(list_runs(status="succeeded")) == 1
+
+
+def test_replay__a_chain_of_crashed_events_fails_the_run_at_its_bound(
+    redis_ns: RedisNamespace,
+) -> None:
+    from django_jobs.flows.engine import CRASH_LOOP, replay
+    from django_jobs.flows.events import FlowEventPayload
+    from django_jobs.message import JobContext
+
+    call = WaitFlow.start(Wait())
+    event = JobContext("t1", 1, 1, get_settings().flow_queues[0], _far())
+    bound = CRASH_LOOP * get_settings().max_crashes
+    replay(FlowEventPayload(call, WaitFlow.name, crashes=bound - 2), event)
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "running"  # published afresh, crashes carried
+    replay(FlowEventPayload(call, WaitFlow.name, crashes=bound - 1), event)
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "failed"
+    assert "crashed their worker" in run.error
+
+
+def _far() -> float:
+    import time as _time
+
+    return _time.time() + 300
