@@ -106,7 +106,11 @@ class Heartbeat(Component):
         replays = [d for d in deliveries if d.queue in self.flow_queues]
         replays = [d for d in replays if (d.id, d.epoch) not in self.lost]
         try:
-            for delivery, _why in self.flows.renew(replays):  # lost, or canceled
+            for delivery, why in self.flows.renew(replays):
+                self.logger.info(
+                    "task %s replays a flow call that was %s: interrupting the replay",
+                    delivery.id, "canceled" if why == "canceled" else "taken over (lease lost)",
+                )  # fmt: skip
                 self.lost.add((delivery.id, delivery.epoch))
                 self._lost(delivery, self.clock() - self.renewed_at)
         except Exception as exc:
