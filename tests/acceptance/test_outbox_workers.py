@@ -16,11 +16,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from django_jobs.backends import outbox
 from django_jobs.broker.protocol import Accepted
@@ -119,6 +121,14 @@ def test_outbox__two_workers_relaying_ten_thousand_rows_run_each_job_once(
         try:
             with transaction.atomic():
                 Tally.enqueue_many([Work(f"t{i}") for i in range(10_000)], outbox=True)
+                # Due in six slices over 3 s (a relay leaves rows under a second old to their
+                # fast path): one relay alone drains 10,000 rows faster than the other's next
+                # tick comes, so without this the test might not see both at work.
+                first = OutboxJob.objects.order_by("pk").values_list("pk", flat=True)[0]
+                for k in range(6):
+                    OutboxJob.objects.filter(
+                        pk__gte=first + k * 1667, pk__lt=first + (k + 1) * 1667
+                    ).update(created_at=timezone.now() + timedelta(seconds=k * 0.5))
         finally:
             outbox._backends.clear()
         assert OutboxJob.objects.count() == 10_000
