@@ -22,7 +22,7 @@ from django.tasks.signals import task_enqueued
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.results import RunRecord, locate, read
 from django_jobs.client import Options, enqueue
-from django_jobs.conf import get_settings, to_seconds
+from django_jobs.conf import get_settings, settings_errors, to_seconds
 from django_jobs.exceptions import JobsDisabled
 from django_jobs.message import DecodeError, payload_from_json
 from django_jobs.tasks.result import build
@@ -52,11 +52,20 @@ class JobsBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        if "QUEUES" not in params:
-            self.queues = set(get_settings().queues)
+        #: TASKS QUEUES, or None: JOBS["QUEUES"], read when first needed (the settings may be
+        #: invalid while the backend is built: `check` reports that, it does not raise).
+        self._queues: set[str] | None = self._queues if "QUEUES" in params else None
         self.priorities = tuple(
             (int(low), str(queue)) for low, queue in self.options.get("PRIORITIES", PRIORITIES)
         )
+
+    @property
+    def queues(self) -> set[str]:
+        return set(get_settings().queues) if self._queues is None else self._queues
+
+    @queues.setter
+    def queues(self, value: set[str]) -> None:
+        self._queues = value
 
     def queue_for(self, task: Task[..., Any]) -> str:
         """Our queue for a task: its queue_name, or for Django's default queue name the queue
@@ -142,6 +151,8 @@ class JobsBackend(BaseTaskBackend):
         return build(task, result_id, payload, info, record)
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        if settings_errors():
+            return []  # JOBS itself is wrong: its own checks (E001-E0xx) say how
         configured = get_settings().queues
         errors: list[checks.CheckMessage] = []
         unknown = sorted(set(self.queues) - set(configured))

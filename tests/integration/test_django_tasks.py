@@ -423,3 +423,14 @@ def test_validate_task__our_options(backend: JobsBackend) -> None:
     with pytest.raises(TypeError, match="run_after cannot be set on @task"):
         task(run_after=timezone.now())(t.noop.func)
     assert task(retention=0)(t.noop.func).retention == 0  # 0: keep nothing
+
+
+@pytest.mark.django_db
+def test_check__an_invalid_jobs_setting_is_reported_not_raised(settings: Any) -> None:
+    """A misspelt JOBS key with TASKS configured: `manage.py check` prints our settings error
+    (the backend neither reads the settings when built nor raises from its own check)."""
+    settings.JOBS = {**settings.JOBS, "QUEUS": ["default"]}
+    settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    assert task_backends["default"].check() == []
+    found = checks.run_checks()
+    assert any(e.id == "django_jobs.E002" and "'QUEUS'" in e.msg for e in found), found
