@@ -107,6 +107,11 @@ class Context:
             self._meta.update(meta or {})
         return answer
 
+    def over_budget(self) -> bool:
+        """Whether this replay has spent half its event's time: it hands over at the next
+        recorded step."""
+        return self.budget is not None and time.time() - self.began > self.budget
+
     def suspend(
         self, status: dict[str, dict[str, Any]], run_status: str, wake_at: float | None
     ) -> Suspend:
@@ -178,7 +183,7 @@ class Context:
         rec.update(state="done")
         rec.pop("error", None)
         self.write(status={field: rec}, meta={f"v:{name}": dumps(value)})
-        if self.budget is not None and time.time() - self.began > self.budget:
+        if self.over_budget():
             raise self.suspend({}, "running", time.time())  # go on in a fresh event
         return value
 

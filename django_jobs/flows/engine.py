@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from django_jobs.broker.flows import dumps
-from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, LeaseLost
+from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, JobTimeout, LeaseLost
 from django_jobs.flows.base import Flow, registry
 from django_jobs.flows.context import Context
 from django_jobs.flows.errors import Canceled, ReplayLost, StepFailed, Suspend, UnknownFlow
@@ -122,8 +122,10 @@ def run(flow_cls: type[Flow[Any]], ctx: Context) -> None:
             raise  # the event's own lease is lost: nothing is written, the task is another's
         _finish(ctx, "canceled")
         return
-    except (BrokerUnavailable, BrokerRefused):
-        raise  # an engine write that did not go through: the event is retried, the run goes on
+    except (BrokerUnavailable, BrokerRefused, JobTimeout):
+        # An engine write that did not go through, or the event's own timeout outside any
+        # step: the event is retried (the steps recorded stay recorded), the run goes on.
+        raise
     except Exception as exc:
         error = str(exc) if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
         if _finish(ctx, "failed", error=error[:2000]):

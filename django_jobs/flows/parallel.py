@@ -87,8 +87,8 @@ def run_parallel(
     with ThreadPoolExecutor(max_workers=limit, thread_name_prefix=f"flow-{name}") as pool:
         running: set[Future[None]] = set()
         for i in ready:
-            if problem:
-                break
+            if problem or ctx.over_budget():
+                break  # a fresh event goes on with the rest (below)
             if len(running) >= limit:
                 done, running = wait(running, return_when=FIRST_COMPLETED)
                 for f in done:
@@ -103,6 +103,8 @@ def run_parallel(
         group.update(state="failed", error=f"item {failed[0]}: {items[failed[0]]['error']}")
         ctx.write(status={field: group})
         raise StepFailed(name, group["error"])
+    if any(not items[i].get("state") for i in todo):  # handed over half-way (the budget)
+        raise ctx.suspend({}, "running", time.time())
     retrying = [items[i]["next_at"] for i in todo if items[i].get("state") == "retrying"]
     if retrying:
         raise ctx.suspend({}, "sleeping", min(retrying))

@@ -417,3 +417,17 @@ def _far() -> float:
     import time as _time
 
     return _time.time() + 300
+
+
+def test_parallel__hands_over_half_way_to_its_events_timeout(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "TIMEOUT": 0.5}
+    call = FanOutFlow.start(FanOut(n=20, limit=2, pause=0.05))
+    outcomes = run_burst(list(get_settings().flow_queues))
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded", run.error
+    assert run.output == sum(range(20))
+    assert len(outcomes) >= 2  # one event alone would have run into its timeout
+    assert len(redis_ns.client.lrange(f"{redis_ns.namespace}:probe:concurrency", 0, -1)) == 20
