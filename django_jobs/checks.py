@@ -24,6 +24,7 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E016    | ENQUEUE_ON_COMMIT or OUTBOX is not True or False               |
 | django_jobs.E040    | FLOWS_NAMESPACE is not a queue name, or its queues are in QUEUES |
 | django_jobs.E041    | FLOW_REPLAY_RENEW is not shorter than FLOW_REPLAY_LEASE        |
+| django_jobs.E042    | two flow classes share one registered name                     |
 | django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 | django_jobs.W002    | OUTBOX is on and no worker has relayed the outbox for a while  |
@@ -49,6 +50,7 @@ from django_jobs.conf import (
     settings_errors,
 )
 from django_jobs.conf.validation import error
+from django_jobs.flows import registry as flows
 from django_jobs.jobs import registry
 from django_jobs.schedules import schedule_errors
 
@@ -102,6 +104,22 @@ def check_jobs(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
                 )
             )
     return errors
+
+
+@register("django_jobs")
+def check_flows(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Check the registered flow classes: unique names."""
+    return [
+        error(
+            42,
+            f"Flow name {name!r} is registered by {len(paths)} classes: {', '.join(paths)}.",
+            "Give each flow class a unique `name` class attribute; the name is what its events "
+            "and runs store, so keep it stable across deploys.",
+        )
+        for name, paths in sorted(flows.conflicts.items())
+    ]
 
 
 @register("django_jobs")

@@ -112,12 +112,21 @@ def _input_type(cls: type) -> type[Any] | None:
 
 
 class FlowRegistry:
-    """Flow classes by registered name."""
+    """Flow classes by registered name; the first class of a name keeps it."""
 
     def __init__(self) -> None:
         self.flows: dict[str, type[Flow[Any]]] = {}
+        #: Names registered by more than one class (check django_jobs.E042), with their paths.
+        self.conflicts: dict[str, list[str]] = {}
 
     def add(self, cls: type[Flow[Any]]) -> None:
+        existing = self.flows.get(cls.name)
+        path = f"{cls.__module__}.{cls.__qualname__}"
+        if existing is not None:
+            old = f"{existing.__module__}.{existing.__qualname__}"
+            if old != path:  # the same path: a module imported again (autoreload)
+                self.conflicts.setdefault(cls.name, [old]).append(path)
+                return
         self.flows[cls.name] = cls
 
     def get(self, name: str) -> type[Flow[Any]]:
