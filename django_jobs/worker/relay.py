@@ -13,9 +13,9 @@ once, so a backlog drains in short steps with the supervisor's own work in betwe
   called, so web requests keep writing meanwhile.
 - Rows younger than FRESH seconds are left to their own fast path (it is about to send them).
 - A row is deleted only after Redis accepted its task; sending twice leaves one task.
-- A row whose queue is not in this worker's JOBS["QUEUES"], or whose job this worker does not
-  know, is held back (attempts counted, the error kept, tried again after a backoff) and never
-  holds up the rows behind it.
+- A row whose queue is neither in this worker's JOBS["QUEUES"] nor one of the flows' pair, or
+  whose job this worker does not know, is held back (attempts counted, the error kept, tried
+  again after a backoff) and never holds up the rows behind it.
 - Each tick that worked updates the heartbeat row (which worker, when): check W002 warns when
   the outbox is on and no worker has relayed for a while.
 """
@@ -127,7 +127,8 @@ class Relay(Component):
         )
 
     def _send(self, rows: list[OutboxJob], alias: str) -> int:
-        known = self.broker.settings.queues
+        # JOBS["QUEUES"] and the flows' pair (flows enqueue their events like jobs).
+        known = self.broker.settings.served_queues
         good = []
         for row in rows:
             if row.queue not in known:

@@ -315,3 +315,17 @@ def test_outbox__after_redis_failed_the_fast_path_leaves_new_jobs_to_the_relay_f
     monkeypatch.setattr(outbox, "clock", lambda: float("inf"))
     assert Count.enqueue(Tag("c")).state == "pending"  # tried again after the pause
     assert OutboxJob.objects.count() == 2
+
+
+def test_outbox__rows_on_the_flows_queues_are_relayed(
+    redis_ns: RedisNamespace, no_fast_path: None
+) -> None:
+    """Flows enqueue their events through client.enqueue, so with the outbox on they are rows
+    too, on the flows' queue pair rather than JOBS["QUEUES"]."""
+    critical, start = get_broker().settings.flow_queues
+    handles = [Count.enqueue(Tag(q), outbox=True, queue=q) for q in (critical, start)]
+
+    relay().relay(connection.alias)
+
+    assert not OutboxJob.objects.exists()
+    assert [get_broker().task_state(h.queue, h.id) for h in handles] == ["pending", "pending"]
