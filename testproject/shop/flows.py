@@ -205,3 +205,12 @@ class BenchNap(Flow[StepsThenNap]):
         total = sum(ctx.step(f"s{i}", noop, i) for i in range(input.n))
         ctx.sleep("nap", input.seconds)
         return total
+
+
+class WaitThenNap(Flow[Wait]):
+    """A wait that may time out, then a sleep: replays after the wait see its outcome again."""
+
+    def run(self, ctx: Context, input: Wait) -> Any:
+        value, received = ctx.wait_for_signal("go", timeout=input.timeout)
+        ctx.sleep("after", 0.3)
+        return {"value": value, "received": received}

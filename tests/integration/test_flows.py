@@ -431,3 +431,18 @@ def test_parallel__hands_over_half_way_to_its_events_timeout(
     assert run.output == sum(range(20))
     assert len(outcomes) >= 2  # one event alone would have run into its timeout
     assert len(redis_ns.client.lrange(f"{redis_ns.namespace}:probe:concurrency", 0, -1)) == 20
+
+
+def test_signal__a_replay_after_a_timed_out_wait_never_flips_it(redis_ns: RedisNamespace) -> None:
+    from testproject.shop.flows import WaitThenNap
+
+    call = WaitThenNap.start(Wait(timeout=0.1))
+    wait_until(lambda: drain() or get_run(call).status == "sleeping", timeout=5)  # type: ignore[union-attr]
+    # The wait timed out and the run sleeps on: a late signal is refused...
+    assert send_signal(call, "go", "late") is False
+    # ...and the replays that follow (a duplicate event, then the sleep's end) still see None.
+    from django_jobs.flows.events import publish
+
+    publish(call, WaitThenNap.name)
+    wait_until(lambda: drain() or get_run(call).status == "succeeded", timeout=5)  # type: ignore[union-attr]
+    assert get_run(call).output == {"value": None, "received": False}  # type: ignore[union-attr]
