@@ -111,8 +111,14 @@ def run(flow_cls: type[Flow[Any]], ctx: Context) -> None:
             publish(ctx.call_id, ctx.flow, delay=suspended.wake_at - time.time())
         return
     except ReplayLost:
-        logger.warning("flow %s %s: replay lease lost (another replay took the call); this "
-                       "replay stops, writing nothing", ctx.flow, ctx.call_id)  # fmt: skip
+        taken = _interrupted(ctx) == "taken"
+        logger.warning(
+            "flow %s %s: replay lease lost (%s); this replay stops, writing nothing",
+            ctx.flow, ctx.call_id,
+            "another replay took the call" if taken else "it expired: an event goes on",
+        )  # fmt: skip
+        if not taken:  # nobody holds the call: without a new event it would wait for ever
+            publish(ctx.call_id, ctx.flow)
         return
     except (Canceled, LeaseLost) as stopped:
         why = _interrupted(ctx) if isinstance(stopped, LeaseLost) else "canceled"

@@ -235,3 +235,17 @@ def test_cancel__a_running_step_is_asked_to_stop(worker: Worker, redis_ns: Redis
     assert run.status == "canceled"
     assert run.error == "canceled: too slow"
     assert worker.children()  # the child went on to serve, not killed
+
+
+def test_renewal__a_step_longer_than_the_replay_lease_is_recorded_once(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # FLOW_REPLAY_LEASE 2 s: only the supervisor's renewals keep a 4 s step's replay alive.
+    call = FrozenFlow.start(Frozen(pause=4))
+    worker.start(**FLOWS)
+    finished(call, worker, timeout=30)
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded", worker.output()
+    assert len(probe(redis_ns, "steps")) == 1, worker.output()
+    assert "replay lease lost" not in worker.output()

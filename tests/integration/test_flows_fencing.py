@@ -3,6 +3,8 @@ its renewal by the supervisor's heartbeat."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.flows import REPLAY_FIELD, FlowStore
 from django_jobs.broker.protocol import Delivery
@@ -92,3 +94,28 @@ def test_cancel__a_running_replay_ends_canceled_at_its_next_write(redis_ns: Redi
     assert run is not None
     assert run.status == "canceled"
     assert run.error == "canceled: no more"
+
+
+def test_replay__a_lease_that_expired_untaken_goes_on_in_a_fresh_event(
+    redis_ns: RedisNamespace, monkeypatch: Any
+) -> None:
+    from django_jobs.testing import run_burst
+    from testproject.shop import flows as shop
+
+    store = FlowStore(get_broker())
+    real = shop.record
+    expired: list[str] = []
+
+    def expire_then_record(call_id: str, step: str, pause: float = 0.0) -> str:
+        if not expired:  # the first run of the first step outlives its lease (a GC pause)
+            expired.append(step)
+            redis_ns.client.delete(store.keys.lease(call_id))
+        return real(call_id, step, pause)
+
+    monkeypatch.setattr(shop, "record", expire_then_record)
+    call = StepsFlow.start(Steps(n=2))
+    outcomes = run_burst(list(get_settings().flow_queues))
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
+    assert len(outcomes) == 2  # the first replay's write was refused; a fresh event went on
