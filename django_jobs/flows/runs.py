@@ -31,9 +31,16 @@ def send_signal(call_id: str, name: str, value: Any = None) -> bool:
         raise FlowError(f"signal {name!r}: its value {problem}")
     s = store()
     answer = s.signal(call_id, name, dumps(value))
-    if answer == "wake":
+    if answer in ("wake", "duplicate"):
         (state,) = s.read([call_id])
-        if state is not None:
+        # A duplicate wakes a flow still waiting for it too: the first send may have failed
+        # between its script and its event (Redis unreachable), and been retried.
+        waits = answer == "wake" or (
+            state is not None
+            and state.meta.get("status") == "waiting"
+            and '"state":"waiting"' in state.status.get(f"wait:{name}", "")
+        )
+        if state is not None and waits:
             publish(call_id, state.meta.get("flow", ""))
     return answer in ("wake", "kept")
 

@@ -446,3 +446,24 @@ def test_signal__a_replay_after_a_timed_out_wait_never_flips_it(redis_ns: RedisN
     publish(call, WaitThenNap.name)
     wait_until(lambda: drain() or get_run(call).status == "succeeded", timeout=5)  # type: ignore[union-attr]
     assert get_run(call).output == {"value": None, "received": False}  # type: ignore[union-attr]
+
+
+def test_signal__a_retried_send_wakes_a_flow_the_first_send_could_not(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_jobs.exceptions import BrokerUnavailable
+    from django_jobs.flows import runs
+
+    call = WaitFlow.start(Wait())
+    drain()
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise BrokerUnavailable("Redis did not answer")
+
+    with monkeypatch.context() as m:
+        m.setattr(runs, "publish", down)
+        with pytest.raises(BrokerUnavailable):
+            send_signal(call, "go", 1)  # stored, but its wake-up event was not sent
+    assert send_signal(call, "go", 1) is False  # the retry: a duplicate, yet it wakes the flow
+    drain()
+    assert get_run(call).output == {"value": 1, "received": True}  # type: ignore[union-attr]
