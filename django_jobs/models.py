@@ -1,13 +1,14 @@
 """Models of django-jobs.
 
-Queue, Task, Worker and Schedule have no table (`managed = False`): the tasks live in Redis, the
-schedules in the settings. They exist so that the admin lists a "Jobs" section with four entries
-and so that the permissions guarding it are ordinary model permissions, granted like any other
-(as django-rq does with its Queue model). All four entries check Task's permissions:
+Queue, Task, Worker, Schedule and FlowRun have no table (`managed = False`): the tasks and the
+flow runs live in Redis, the schedules in the settings. They exist so that the admin lists a
+"Jobs" section with these entries and so that the permissions guarding it are ordinary model
+permissions, granted like any other (as django-rq does with its Queue model). Every entry
+checks Task's permissions:
 
 - ``django_jobs.view_task``: see queues, tasks, workers and schedules;
 - ``django_jobs.change_task``: retry tasks (one, selected, all dead), pause and resume queues,
-  run a schedule now, pause and resume schedules;
+  run a schedule now, pause and resume schedules, cancel flow runs and send them signals;
 - ``django_jobs.delete_task``: delete tasks (one, selected, all dead).
 """
 
@@ -59,6 +60,22 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return "schedule"
+
+
+class FlowRun(models.Model):
+    """No table: the admin's flows pages (runs by status, a run's timeline, cancel, signal).
+
+    The runs live in Redis (django_jobs.flows); the pages check Task's permissions, as the
+    rest of the Jobs section does: view_task to look, change_task to cancel and send signals.
+    """
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        verbose_name = "flow run"
+
+    def __str__(self) -> str:
+        return "flow run"
 
 
 class ProcessedTask(models.Model):
