@@ -63,9 +63,14 @@ def start_call(
 ) -> str:
     """Record a call and publish its first event; return its call id (the original one for a
     duplicate idempotency key)."""
-    status, value = store().start(call_id, flow, dumps(data), dumps(metadata), key)
+    s = store()
+    status, value = s.start(call_id, flow, dumps(data), dumps(metadata), key)
     if status == "duplicate":
         logger.info("flow %s: idempotency key %r holds call %s: not started", flow, key, value)
+        (original,) = s.read([value])
+        if original is not None and original.meta.get("epoch") == "0":
+            # Never replayed: its first start may have failed before its event was sent.
+            publish(value, flow, start=True)
         return value
     if status == "exists" and value != "running":
         return call_id  # a call id started before, and it has moved on

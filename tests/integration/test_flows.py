@@ -467,3 +467,23 @@ def test_signal__a_retried_send_wakes_a_flow_the_first_send_could_not(
     assert send_signal(call, "go", 1) is False  # the retry: a duplicate, yet it wakes the flow
     drain()
     assert get_run(call).output == {"value": 1, "received": True}  # type: ignore[union-attr]
+
+
+def test_start__retried_with_its_idempotency_key_sends_the_event_a_failed_start_did_not(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_jobs.exceptions import BrokerUnavailable
+    from django_jobs.flows import events
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise BrokerUnavailable("Redis did not answer")
+
+    with monkeypatch.context() as m:
+        m.setattr(events, "publish", down)
+        with pytest.raises(BrokerUnavailable):
+            StepsFlow.start(Steps(n=1), idempotency_key="k1")  # recorded, event not sent
+    call = StepsFlow.start(Steps(n=1), idempotency_key="k1")
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
