@@ -296,53 +296,64 @@ class Inspector:
                 return reply is Deleted.DELETED
         return False
 
-    def _each_dead(self, queue: str, act: Callable[[list[str]], tuple[int, int]]) -> int:
-        """Hand the ids of the queue's dead tasks to act, BATCH_SIZE at a time, oldest first;
-        act answers how many it acted on and how many it left in the dead set. Only the tasks
-        dead at the start are visited: tasks dying meanwhile cannot keep this going. Returns how
-        many were acted on."""
+    def _each(
+        self,
+        queue: str,
+        state: str,
+        act: Callable[[list[str]], tuple[int, int]],
+        on_batch: Callable[[int], None] | None = None,
+    ) -> int:
+        """Hand the ids of the queue's tasks in state (only those there at the start) to act,
+        BATCH_SIZE at a time, oldest first; act answers how many it acted on and left in the
+        state, on_batch (a progress bar) how many each batch visited. Returns how many acted on."""
         self._check_queue(queue)
         done = kept = 0
         left: int | None = None
         while left is None or left > 0:
             size = BATCH_SIZE if left is None else min(left, BATCH_SIZE)
             total, ids = self.broker.state_ids(
-                queue, State.DEAD, kept, kept + size - 1, newest_first=False
+                queue, state, kept, kept + size - 1, newest_first=False
             )
             left = total if left is None else left
             if not ids:
                 break
             acted, stayed = act(ids)
             done, kept, left = done + acted, kept + stayed, left - len(ids)
+            if on_batch is not None:
+                on_batch(len(ids))
         return done
 
-    def retry_all_dead(self, queue: str) -> int:
+    def retry_all_dead(self, queue: str, on_batch: Callable[[int], None] | None = None) -> int:
         """Run every dead task of the queue now, BATCH_SIZE at a time; return how many ran."""
 
-        def run(ids: list[str]) -> tuple[int, int]:
-            # run_now takes each id out of the dead set, even one whose record is gone.
+        def run(ids: list[str]) -> tuple[int, int]:  # run_now takes every id out, even gone ones
             return sum(self.broker.run_now(queue, task_id, State.DEAD) for task_id in ids), 0
 
-        return self._each_dead(queue, run)
+        return self._each(queue, State.DEAD, run, on_batch)
 
-    def delete_all_dead(self, queue: str) -> int:
-        """Delete every dead task of the queue, BATCH_SIZE at a time; return how many.
+    def delete_all_dead(self, queue: str, on_batch: Callable[[int], None] | None = None) -> int:
+        """Delete every dead task of the queue (`purge` of the dead state); return how many."""
+        return self.purge(queue, State.DEAD, on_batch)
 
-        Like `delete`, this releases the tasks' idempotency keys.
-        """
+    def purge(self, queue: str, state: str, on_batch: Callable[[int], None] | None = None) -> int:
+        """Delete every task of the queue in a state but active, releasing idempotency keys as
+        `delete` does; return how many."""
+        check_state(state)
+        if state == State.ACTIVE:
+            raise ValueError("Running (active) tasks cannot be purged: they finish or time out.")
 
         def remove(ids: list[str]) -> tuple[int, int]:
-            tasks = self.broker.task_infos(queue, ids, State.DEAD)
+            tasks = self.broker.task_infos(queue, ids, state)
             replies = [
-                self.broker.delete(queue, task_id, State.DEAD, self._idempotency_key(task))
+                self.broker.delete(queue, task_id, state, self._idempotency_key(task))
                 for task_id, task in zip(ids, tasks, strict=True)
             ]
-            # Every id visited has left the dead set: deleted here, or gone, retried or running
-            # by another operator's hand meanwhile (delete.lua leaves those where they are,
-            # which is not the dead set). So the next batch starts at the same offset.
+            # Every id visited has left the state: deleted, gone, or moved on meanwhile (a worker,
+            # the forwarder, another operator; delete.lua leaves those be). So the next batch
+            # starts at the same offset.
             return replies.count(Deleted.DELETED), 0
 
-        return self._each_dead(queue, remove)
+        return self._each(queue, state, remove, on_batch)
 
     def pause(self, queue: str) -> None:
         """Stop workers from taking tasks from the queue; running tasks finish."""
