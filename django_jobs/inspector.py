@@ -25,6 +25,7 @@ from django_jobs.broker.info import (
 )
 from django_jobs.broker.protocol import Broker, Deleted
 from django_jobs.client import get_broker
+from django_jobs.cursor import MAX_OFFSET
 from django_jobs.exceptions import TaskRunning, UnknownQueue
 from django_jobs.keys import State
 from django_jobs.schedules.firing import ScheduleActions
@@ -47,6 +48,9 @@ __all__ = [
 BATCH_SIZE = 500
 #: The largest page `tasks` serves.
 MAX_PER_PAGE = 1000
+#: Most bytes of task records one listing reads (`list_tasks` stops there and says where to go
+#: on from; `tasks` serves a shorter page). A listing reads no tracebacks and cuts errors.
+LIST_BYTES = 8 * 1024 * 1024
 
 #: The states an operator may retry a task from ("retry now", DESIGN.md section 4): a task
 #: waiting for its next attempt, or dead. The admin and the API both ask `may_retry`.
@@ -104,10 +108,6 @@ class _Run:
     more: bool = True  # whether the state has tasks past read_to
     buffer: deque[TaskInfo] = field(default_factory=deque)
 
-    @property
-    def finished(self) -> bool:
-        return not self.buffer and not self.more
-
 
 def _time_key(task: TaskInfo, state: str) -> float:
     value: datetime | None = getattr(task, TIME_FIELDS[state])
@@ -155,11 +155,12 @@ class Inspector:
         check_state(state)
         if page < 1 or not 1 <= per_page <= MAX_PER_PAGE:
             raise ValueError(f"page must be 1 or more and per_page 1 to {MAX_PER_PAGE}")
-        start, stop = (page - 1) * per_page, page * per_page - 1
-        total, ids = self.broker.state_ids(queue, state, start, stop, newest_first=newest_first)
-        infos = self.broker.task_infos(queue, ids, state)
+        start = min(page - 1, MAX_OFFSET // per_page) * per_page  # past every end, not int64
+        total, ids = self.broker.state_ids(
+            queue, state, start, start + per_page - 1, newest_first=newest_first
+        )
         return TaskPage(
-            items=tuple(info for info in infos if info is not None),
+            items=tuple(self.broker.task_rows(queue, ids, state, budget=LIST_BYTES)),
             total=total,
             page=page,
             per_page=per_page,
@@ -216,32 +217,31 @@ class Inspector:
 
         Filters: `job` (its exact name) and `key_contains` (part of the idempotency key). Each
         queue is read `chunk` tasks per round trip; a call reads at most about `budget` task
-        records, then stops even if the page is not full, and says where to go on from:
-        `offsets` is None for the first page, else the next_offsets of the previous answer.
-        Tasks entering or leaving the state between two calls shift the offsets, as with any
-        offset paging over a live queue.
+        records and LIST_BYTES, then stops even if the page is not full, and says where to go
+        on from: `offsets` is None for the first page, else the next_offsets of the previous
+        answer. Tasks entering or leaving the state between calls shift the offsets.
         """
         if offsets is None:
             offsets = dict.fromkeys(queues, 0)
         runs = [_Run(q, offsets[q], offsets[q]) for q in queues if q in offsets]
         found: list[TaskInfo] = []
-        scanned = 0
+        scanned = spent = 0
         while len(found) < per_page:
             for run in runs:
                 if run.buffer or not run.more:
                     continue
-                if scanned >= budget:
+                if scanned >= budget or spent >= LIST_BYTES:
                     break
-                # The page holding read_to; the tasks before read_to on it were handed out.
-                number = run.read_to // chunk + 1
-                page = self.tasks(
-                    run.queue, state, page=number, per_page=chunk, newest_first=newest_first
+                at, end = run.read_to, run.read_to + chunk - 1
+                total, ids = self.broker.state_ids(
+                    run.queue, state, at, end, newest_first=newest_first
                 )
-                scanned += len(page.items)
-                fresh = page.items[run.read_to - (number - 1) * chunk :]
-                run.buffer.extend(fresh)
-                run.read_to += len(fresh)
-                run.more = page.has_next and bool(fresh)
+                rows = self.broker.task_rows(run.queue, ids, state, budget=LIST_BYTES - spent)
+                scanned += len(rows)
+                spent += sum(len(row.raw) + len(row.error or "") for row in rows)
+                run.buffer.extend(rows)
+                run.read_to += len(rows)
+                run.more = run.read_to < total and bool(rows)
             else:
                 heads = [run for run in runs if run.buffer]
                 if not heads:
@@ -257,7 +257,7 @@ class Inspector:
                     found.append(task)
                 continue
             break  # the budget is spent
-        left = {run.queue: run.offset for run in runs if not run.finished}
+        left = {run.queue: run.offset for run in runs if run.buffer or run.more}
         # One more round trip, for a total that does not depend on how far the cursor went.
         total = sum(info.count(state) for info in self.queues() if info.name in queues)
         return TaskListing(items=found, next_offsets=left or None, total=total, scanned=scanned)
@@ -274,7 +274,7 @@ class Inspector:
         return state is not None and may_retry(state) and self.broker.run_now(queue, task_id, state)
 
     def delete(self, queue: str, task_id: str) -> bool:
-        """Delete a task that is not running; False if it is gone (or moved twice meanwhile).
+        """Delete a task not running, or a broken record (`discard`); False if gone (or moved).
 
         Deleting releases the task's idempotency key (if it still holds it), so the same job can
         be enqueued again with the same key at once, inside its window. Raises TaskRunning if
@@ -285,8 +285,8 @@ class Inspector:
         # moved it); the script then answers MOVED and one more read catches up with it.
         for _ in range(2):
             (task,) = self.broker.task_infos(queue, [task_id])
-            if task is None or task.state not in State.ALL:  # gone, or a record without a state
-                return False
+            if task is None or task.state not in State.ALL:  # gone, not a hash, or no state
+                return self.broker.discard(queue, task_id)
             if task.state == State.ACTIVE:
                 raise TaskRunning(task_id, queue)
             reply = self.broker.delete(queue, task_id, task.state, self._idempotency_key(task))

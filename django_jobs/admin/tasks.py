@@ -51,9 +51,11 @@ class TaskAdmin(JobsAdmin):
     def routes(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
             *super().routes(),
-            ("<str:queue>/<str:task_id>/", self.task_view, "change"),
-            ("<str:queue>/<str:task_id>/retry/", self.retry_task, "retry"),
-            ("<str:queue>/<str:task_id>/delete/", self.delete_task, "delete"),
+            # <path:>: an id written by hand may hold "/"; the actions first, so that
+            # ".../retry/" is never read as the page of a task whose id ends in "/retry".
+            ("<str:queue>/<path:task_id>/retry/", self.retry_task, "retry"),
+            ("<str:queue>/<path:task_id>/delete/", self.delete_task, "delete"),
+            ("<str:queue>/<path:task_id>/", self.task_view, "change"),
         ]
 
     # -- the list ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 import redis
 from redis.client import NEVER_DECODE
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from django_jobs.broker.connection import redact
 from django_jobs.broker.info import (
@@ -60,13 +60,63 @@ def _message(raw: bytes | None) -> tuple[Message | None, str | None]:
         return None, str(exc)
 
 
-def _task_info(queue: str, task_id: str, record: dict[bytes, bytes], listed: str) -> TaskInfo:
-    """Build a TaskInfo from a raw record (bytes, so that invalid UTF-8 cannot break a page)."""
-    f = {
-        key.decode(errors="replace"): value.decode(errors="replace")
-        for key, value in record.items()
-    }
-    message, problem = _message(record.get(b"msg", b""))
+#: The fields of a task record a listing reads (no traceback; the error as much as a row shows)
+#: and a task's page reads, with the most bytes read of each: a longer value (a record written
+#: by hand) is cut in Redis, so that no page moves more than a few hundred KB out of Redis. The
+#: message's limit grows with MAX_PAYLOAD_BYTES (InspectCalls._limit).
+_TIMES = ("enqueued_at", "started_at", "next_at", "failed_at", "died_at", "completed_at")
+ROW: tuple[tuple[str, int], ...] = (
+    ("state", 64),
+    ("msg", 256 * 1024),
+    ("attempts", 32),
+    ("crashes", 32),
+    *((name, 64) for name in _TIMES),
+    ("error", 500),
+)
+FULL = (*ROW[:-1], ("error", 64 * 1024), ("traceback", 256 * 1024))
+
+
+def _fields(
+    limits: Sequence[tuple[str, int]], row: list[Any]
+) -> tuple[dict[str, str], dict[str, int], bytes]:
+    """A record's fields as read_fields returned them (bytes, so that invalid UTF-8 cannot break
+    a page), the full size of each one it cut, and the message as stored."""
+    fields: dict[str, str] = {}
+    cut: dict[str, int] = {}
+    for (name, limit), size, value in zip(limits, row[::2], row[1::2], strict=True):
+        if value:
+            fields[name] = value.decode(errors="replace")
+        if size > limit:
+            cut[name] = size
+    msg = row[2 * [name for name, _ in limits].index("msg") + 1]
+    return fields, cut, msg
+
+
+def _task_info(
+    queue: str,
+    task_id: str,
+    f: dict[str, str],
+    listed: str,
+    cut: dict[str, int] | None = None,
+    msg: bytes = b"",
+) -> TaskInfo:
+    """Build a TaskInfo from a record's fields; a field cut says so at its end."""
+    cut = cut or {}
+
+    def text(name: str) -> str | None:
+        value = f.get(name) or None
+        if value is not None and name in cut:
+            value += f" [... cut: {cut[name]:,} bytes in all]"
+        return value
+
+    if "msg" in cut:
+        message = None
+        problem: str | None = (
+            f"its message is {cut['msg']:,} bytes, more than any task enqueued here can have "
+            f"(written by hand?): only its start is shown"
+        )
+    else:
+        message, problem = _message(msg)
     return TaskInfo(
         id=task_id,
         queue=queue,
@@ -83,8 +133,8 @@ def _task_info(queue: str, task_id: str, record: dict[bytes, bytes], listed: str
         failed_at=_time(f.get("failed_at")),
         died_at=_time(f.get("died_at")),
         completed_at=_time(f.get("completed_at")),
-        error=f.get("error") or None,
-        traceback=f.get("traceback") or None,
+        error=text("error"),
+        traceback=text("traceback"),
         decode_error=problem,
         raw=f.get("msg", ""),
     )
@@ -183,33 +233,77 @@ class InspectCalls(ScriptCalls):
         return total, ids
 
     def task_infos(self, queue: str, ids: Sequence[str], listed: str = "") -> list[TaskInfo | None]:
-        """The tasks of ids in queue, in one round trip.
+        """The tasks of ids in queue in full (each field cut to FULL's limits), in one round trip.
 
         `listed` is the state the ids were found in (a listing), for a record without one: an
         id whose record is gone is then listed with that state and nothing else (an orphan, so
         that it can be deleted); without `listed` it is None.
         """
+        return self._infos(queue, ids, listed, FULL, budget=None)
+
+    def task_rows(
+        self, queue: str, ids: Sequence[str], listed: str, *, budget: int
+    ) -> list[TaskInfo]:
+        """The tasks of ids, found in state `listed`, as a listing shows them (ROW: no traceback,
+        the error cut), in one round trip; no more records once about `budget` bytes are read,
+        so fewer than ids may come back (at least one)."""
+        return [info for info in self._infos(queue, ids, listed, ROW, budget) if info is not None]
+
+    def _infos(
+        self,
+        queue: str,
+        ids: Sequence[str],
+        listed: str,
+        view: tuple[tuple[str, int], ...],
+        budget: int | None,
+    ) -> list[TaskInfo | None]:
+        if not ids:
+            return []
         k = self.keys(queue)
-        replies = self._read([("HGETALL", k.task(task_id)) for task_id in ids])
+        limits = [(name, self._limit(name, limit)) for name, limit in view]
+        args: list[Any] = [budget if budget is not None else 2**62]
+        for name, limit in limits:
+            args += [name, limit]
+        command = ("EVALSHA", self.scripts["read_fields"].sha, len(ids),
+                   *(k.task(task_id) for task_id in ids), *args)  # fmt: skip
+        (reply,) = self._read([command])
+        if isinstance(reply, NoScriptError):
+            with self.unavailable(writes=False):
+                self.client.script_load(self.scripts["read_fields"].script)
+            (reply,) = self._read([command])
+        if isinstance(reply, ResponseError):
+            with self.unavailable(writes=False):
+                raise reply
         infos: list[TaskInfo | None] = []
-        for task_id, reply in zip(ids, replies, strict=True):
-            if isinstance(reply, ResponseError):
+        for task_id, row in zip(ids, reply, strict=False):
+            if isinstance(row, bytes):
                 # A record key holding something else (written by hand): list the task with
                 # what is wrong instead of failing the whole page.
                 error = (
-                    f"its record {k.task(task_id)!r} is not a hash: it is not one of ours "
-                    f"(written by hand or by another program?). Delete that key by hand "
-                    f"(redis-cli DEL); nothing else uses our namespace."
+                    f"its record {k.task(task_id)!r} is not a hash but a "
+                    f"{row.decode(errors='replace')}: it is not one of ours (written by hand or "
+                    f"by another program?). Deleting the task deletes that key."
                 )
-                reply = {b"error": error.encode()}
-            infos.append(_task_info(queue, task_id, reply, listed) if reply or listed else None)
+                infos.append(_task_info(queue, task_id, {"error": error}, listed))
+            elif isinstance(row, list):
+                fields, cut, msg = _fields(limits, row)
+                infos.append(_task_info(queue, task_id, fields, listed, cut, msg))
+            else:  # no such key
+                infos.append(_task_info(queue, task_id, {}, listed) if listed else None)
         return infos
 
+    def _limit(self, name: str, limit: int) -> int:
+        """The limit of a field; the message's follows the largest payload accepted."""
+        if name == "msg":
+            return max(limit, 2 * self.settings.max_payload_bytes + 4096)
+        return limit
+
     def task_state(self, queue: str, task_id: str) -> str | None:
-        """The state a task's record holds, or None when it is gone."""
-        with self.unavailable(writes=False):
-            state = self.client.hget(self.keys(queue).task(task_id), "state")
-        return None if state is None else str(state)
+        """The state a task's record holds, or None when it is gone (or not a hash)."""
+        (state,) = self._read([("HGET", self.keys(queue).task(task_id), "state")])
+        if state is None or isinstance(state, ResponseError):
+            return None
+        return bytes(state).decode(errors="replace")
 
     def workers(self) -> list[WorkerInfo]:
         """The live workers (those whose heartbeat has not expired), in id order.
@@ -270,6 +364,13 @@ class InspectCalls(ScriptCalls):
             keys.append(idempotency_key)
         reply = self._run("delete", keys, [task_id, state])
         return {1: Deleted.DELETED, 0: Deleted.GONE}.get(reply) or Deleted(reply)
+
+    def discard(self, queue: str, task_id: str) -> bool:
+        """Delete a task whose record is broken (another type, gone, or without a state) and its
+        id from every structure but active; False if the record is a task of ours (`delete`)."""
+        k = self.keys(queue)
+        structures = (k.scheduled, k.retry, k.dead, k.completed)
+        return bool(self._run("discard", [k.task(task_id), k.pending, *structures], [task_id]))
 
     def pause(self, queue: str) -> None:
         """Stop workers from taking tasks from the queue; running tasks finish."""

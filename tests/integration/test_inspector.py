@@ -251,10 +251,13 @@ def test_tasks__record_key_of_another_type_is_listed_with_what_is_wrong(
     assert by_id[broken].state == "scheduled"
     assert by_id[broken].error is not None
     assert f"its record {record!r} is not a hash" in by_id[broken].error
-    assert "Delete that key" in by_id[broken].error
+    assert "Deleting the task deletes that key" in by_id[broken].error
     task = insp.task("default", broken)
     assert task is not None
     assert task.error == by_id[broken].error
+    assert insp.delete("default", broken) is True
+    assert not redis_ns.client.exists(record)
+    assert [item.id for item in insp.tasks("default", State.SCHEDULED).items] == [good]
 
 
 def test_tasks__rejects_unknown_queue_state_and_page(insp: Inspector) -> None:

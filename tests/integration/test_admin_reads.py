@@ -1,0 +1,200 @@
+"""What one admin or API request costs Redis: bytes out of it (INFO `total_net_output_bytes`,
+on a redis-server of the test's own so that no other client counts) and time, over large dead
+tasks, a huge hand-written record, odd keys in our namespace and hostile paging input.
+
+The figures printed (`pytest -s`) are those of docs/admin.rst's "Security" section.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from django_jobs.message import Message, encode
+from tests.conftest import RedisServer
+
+pytestmark = pytest.mark.django_db
+
+TASKS = reverse("admin:django_jobs_task_changelist")
+API = "/api/v1/admin/jobs"
+#: Dead tasks written, and the size of each one's traceback (as a deep stack would have).
+DEAD = 300
+TRACEBACK = 100_000
+MB = 1_000_000
+
+
+@pytest.fixture
+def redis(private_redis: RedisServer, settings: Any) -> Any:
+    settings.JOBS = {"REDIS_URL": private_redis.url, "NAMESPACE": "t"}
+    return private_redis.client()
+
+
+@pytest.fixture
+def staff() -> Client:
+    client = Client()
+    client.force_login(User.objects.create_superuser("root"))
+    return client
+
+
+@pytest.fixture
+def api() -> APIClient:
+    client = APIClient()
+    client.force_authenticate(User.objects.create_superuser("api-root"))
+    return client
+
+
+def write_dead(redis: Any, count: int, traceback: int, *, queue: str = "default") -> list[str]:
+    """Dead tasks as the worker leaves them, each with a traceback of `traceback` bytes."""
+    pipe = redis.pipeline(transaction=False)
+    ids = [f"{i:032x}" for i in range(count)]
+    for i, task_id in enumerate(ids):
+        msg = encode(
+            Message(task_id, "app.Send", queue, {"to": f"u{i}@example.com"}, 5, 300, 86400,
+                    f"welcome:{i}")
+        )  # fmt: skip
+        pipe.hset(
+            f"t:{{{queue}}}:t:{task_id}",
+            mapping={"state": "dead", "msg": msg, "attempts": 5, "enqueued_at": 1e9 + i,
+                     "died_at": 1e9 + i, "error": "RuntimeError: boom",
+                     "traceback": "x" * traceback},
+        )  # fmt: skip
+        pipe.zadd(f"t:{{{queue}}}:dead", {task_id: 1e9 + i})
+    pipe.execute()
+    return ids
+
+
+def cost(redis: Any, request: Callable[[], Any]) -> tuple[Any, int, float]:
+    """The response, the bytes Redis sent, and the seconds the request took."""
+    before = int(redis.info("stats")["total_net_output_bytes"])
+    started = time.perf_counter()
+    response = request()
+    seconds = time.perf_counter() - started
+    sent = int(redis.info("stats")["total_net_output_bytes"]) - before
+    return response, sent, seconds
+
+
+def report(what: str, sent: int, seconds: float, response: Any) -> None:
+    print(f"\n{what}: {sent / MB:.3f} MB out of Redis, {seconds * 1000:.0f} ms, "
+          f"page {len(response.content) / MB:.3f} MB")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"job": "app.Other"}, {"q": "nothing-like-it"}, {"queue": "default", "state": "dead"}],
+    ids=["job filter", "key search", "one queue's page"],
+)
+def test_reads__a_listing_reads_no_traceback(
+    redis: Any, staff: Client, query: dict[str, str]
+) -> None:
+    write_dead(redis, DEAD, TRACEBACK)
+
+    response, sent, seconds = cost(redis, lambda: staff.get(TASKS, {"state": "dead", **query}))
+
+    report(f"admin {query}", sent, seconds, response)
+    assert response.status_code == 200
+    assert sent < DEAD * TRACEBACK / 20  # the tracebacks are not read (they were: 30 MB)
+
+
+def test_reads__the_api_listing_with_a_job_filter_reads_no_traceback(
+    redis: Any, api: APIClient
+) -> None:
+    write_dead(redis, DEAD, TRACEBACK)
+
+    response, sent, seconds = cost(redis, lambda: api.get(f"{API}/failed?job=app.Other"))
+
+    report("API /failed?job=app.Other", sent, seconds, response)
+    assert response.status_code == 200
+    assert sent < DEAD * TRACEBACK / 20
+
+
+HUGE = 20 * MB
+
+
+def test_reads__a_huge_hand_written_record_is_cut_at_read_time(
+    redis: Any, staff: Client, api: APIClient
+) -> None:
+    (task_id,) = write_dead(redis, 1, 0)
+    redis.hset(f"t:{{default}}:t:{task_id}", mapping={"error": "e" * HUGE, "traceback": "t" * HUGE})
+
+    for name, request in [
+        ("admin task page", lambda: staff.get(f"{TASKS}default/{task_id}/")),
+        ("admin list", lambda: staff.get(TASKS, {"state": "dead"})),
+        ("API task", lambda: api.get(f"{API}/{task_id}")),
+        ("API /failed", lambda: api.get(f"{API}/failed")),
+    ]:
+        response, sent, seconds = cost(redis, request)
+        report(f"huge record, {name}", sent, seconds, response)
+        assert response.status_code == 200, name
+        assert sent < MB, name
+        assert len(response.content) < MB, name
+    page = staff.get(f"{TASKS}default/{task_id}/").content.decode()
+    assert "cut: 20,000,000 bytes in all" in page
+
+
+# -- odd keys and hostile paging ------------------------------------------------------------
+
+
+def test_odd_entries__every_page_renders_them_and_delete_removes_them(
+    redis: Any, staff: Client, api: APIClient
+) -> None:
+    (good,) = write_dead(redis, 1, 0)
+    slashed, typed = "../x/y", "f" * 32
+    redis.zadd("t:{default}:dead", {slashed: 2e9, typed: 2e9 + 1})
+    redis.hset(f"t:{{default}}:t:{slashed}", mapping={"state": "dead", "msg": "not json"})
+    redis.set(f"t:{{default}}:t:{typed}", "written by hand")
+
+    for query in ({"state": "dead"}, {"state": "dead", "queue": "default"}, {"q": "welcome"}):
+        listing = staff.get(TASKS, query)
+        assert listing.status_code == 200, query
+    page = staff.get(TASKS, {"state": "dead"}).content.decode()
+    assert page.count("(undecodable)") == 2
+    assert "is not a hash but a string" in page
+    failed = api.get(f"{API}/failed")
+    assert failed.status_code == 200
+    assert {t["id"] for t in failed.json()["results"]} == {good, slashed, typed}
+    for task_id in (slashed, typed):
+        assert staff.get(f"{TASKS}default/{task_id}/").status_code == 200, task_id
+        assert staff.get(f"{TASKS}default/{task_id}/delete/").status_code == 200, task_id
+    assert api.get(f"{API}/{typed}").status_code == 200
+
+    deleted = staff.post(f"{TASKS}default/{slashed}/delete/", {"state": "dead"})
+    gone = api.delete(f"{API}/{typed}")
+
+    assert (deleted.status_code, gone.status_code) == (302, 204)
+    assert [t["id"] for t in api.get(f"{API}/failed").json()["results"]] == [good]
+    assert redis.zrange("t:{default}:dead", 0, -1) == [good.encode()]
+    assert not redis.exists(f"t:{{default}}:t:{slashed}", f"t:{{default}}:t:{typed}")
+
+
+@pytest.mark.parametrize(
+    "query",
+    [{"p": str(10**17)}, {"p": "9" * 40}, {"start": str(10**17)}, {"start": "-5"}, {"p": "x"}],
+)
+def test_paging__past_int64_is_a_page_not_a_500(
+    redis: Any, staff: Client, query: dict[str, str]
+) -> None:
+    write_dead(redis, 3, 0)
+
+    response = staff.get(TASKS, {"queue": "default", "state": "dead", **query})
+
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["per_page=100000000000000000", "per_page=0", "cursor=eyJkZWZhdWx0IjoxMDAwMDAwMDAwMDB9",
+     "per_page=" + "9" * 5000],
+)  # fmt: skip
+def test_paging__the_api_refuses_huge_pages_and_offsets(
+    redis: Any, api: APIClient, query: str
+) -> None:
+    response = api.get(f"{API}/failed?{query}")
+
+    assert response.status_code == 400
