@@ -13,6 +13,7 @@ urlpatterns = [
     path("signup/", views.signup, name="signup"),
     path("probes/mail/", send_probe_mail, name="probe-mail"),
     path("api/v1/admin/jobs", include("django_jobs.api.urls")),
+    path("api/v1/admin/flows", include("django_jobs.api.flow_urls")),
     # Any other path under the API's prefix: a JSON 404, not Django's HTML page.
     re_path(r"^api/v1/admin/", unknown_path),
     path("api/v1/schema", SpectacularAPIView.as_view(), name="schema"),

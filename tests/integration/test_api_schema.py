@@ -36,6 +36,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from testproject.shop.flows import Wait, WaitFlow
 from tests.conftest import RedisNamespace
 from tests.integration.test_api import EVERY_PERMISSION, Noop, Note, grant, seed_every_state
 
@@ -57,6 +58,10 @@ OPERATIONS = [
     ("POST", "/api/v1/admin/jobs/schedules/{name}/run"),
     ("POST", "/api/v1/admin/jobs/schedules/{name}/pause"),
     ("POST", "/api/v1/admin/jobs/schedules/{name}/resume"),
+    ("GET", "/api/v1/admin/flows"),
+    ("GET", "/api/v1/admin/flows/{call_id}"),
+    ("POST", "/api/v1/admin/flows/{call_id}/cancel"),
+    ("POST", "/api/v1/admin/flows/{call_id}/signal"),
 ]
 #: A schedule for the generated requests to find.
 SCHEDULE = {"sync": {"job": Noop.name, "every": 30, "payload": {"text": "scheduled"}}}
@@ -106,6 +111,11 @@ def test_schema__describes_every_operation(db: None) -> None:
     schedule = paths["/api/v1/admin/jobs/schedules/{name}"]["get"]
     assert set(schedule["responses"]) == {"200", "401", "403", "404", "503"}
     assert set(paths["/api/v1/admin/jobs/schedules"]["get"]["responses"]) >= {"200", "403"}
+    flow = paths["/api/v1/admin/flows/{call_id}"]["get"]
+    assert set(flow["responses"]) == {"200", "400", "401", "403", "404", "503"}
+    for action in ("cancel", "signal"):
+        post = paths[f"/api/v1/admin/flows/{{call_id}}/{action}"]["post"]
+        assert set(post["responses"]) >= {"200", "403", "404", "409", "503"}
 
 
 @pytest.fixture(autouse=True)
@@ -135,8 +145,9 @@ def token(db: None) -> str:
 @pytest.fixture
 def seeded(redis_ns: RedisNamespace, settings: Any) -> dict[str, str]:
     """A task in every state, and a few more pending ones (state -> id of one of each); a
-    schedule named "sync"."""
+    schedule named "sync"; a flow run "seeded-run" (started, not yet replayed)."""
     settings.JOBS = {**settings.JOBS, "SCHEDULE": SCHEDULE}
+    WaitFlow.start(Wait(), call_id="seeded-run")
     for n in range(3):
         Noop.enqueue(Note(f"more {n}"), queue="low")
     return seed_every_state()
@@ -171,7 +182,7 @@ def run_examples(
 RUNS = [(method, path, GenerationMode.POSITIVE) for method, path in OPERATIONS] + [
     (method, path, GenerationMode.NEGATIVE)
     for method, path in OPERATIONS
-    if "{task_id}" in path or path.endswith(("/failed", "/tasks"))
+    if "{task_id}" in path or "{call_id}" in path or path.endswith(("/failed", "/tasks", "/flows"))
 ]
 
 
@@ -192,6 +203,10 @@ def test_schema__generated_requests_get_no_500_and_conforming_answers(
             operation.as_strategy(generation_mode=mode, path_parameters={"task_id": task_id})
             for task_id in seeded.values()
         ]
+    if mode == GenerationMode.POSITIVE and "{call_id}" in path:
+        strategies.append(
+            operation.as_strategy(generation_mode=mode, path_parameters={"call_id": "seeded-run"})
+        )
     if mode == GenerationMode.POSITIVE and "{name}" in path:
         strategies.append(
             operation.as_strategy(generation_mode=mode, path_parameters={"name": "sync"})
