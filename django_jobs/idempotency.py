@@ -40,14 +40,20 @@ MAX_KEY = ProcessedTask._meta.get_field("key").max_length or 255
 _current: ContextVar[tuple[str, str] | None] = ContextVar("django_jobs_task", default=None)
 
 
-@contextmanager
-def processing(job: str, job_id: str) -> Iterator[None]:
-    """Mark the code inside as the run of task `job_id` of `job` (recorded by `once`)."""
-    token = _current.set((job, job_id))
-    try:
-        yield
-    finally:
-        _current.reset(token)
+class processing:  # lower case: used as the function it was, `with processing(job, id):`
+    """Mark the code inside as the run of task `job_id` of `job` (recorded by `once`). A class,
+    not a generator: the worker enters one around every run."""
+
+    __slots__ = ("_token", "_value")
+
+    def __init__(self, job: str, job_id: str) -> None:
+        self._value = (job, job_id)
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._value)
+
+    def __exit__(self, *exc: object) -> None:
+        _current.reset(self._token)
 
 
 def _check_key(key: str) -> None:

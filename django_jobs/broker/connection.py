@@ -11,9 +11,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.views.decorators.debug import sensitive_variables
@@ -117,20 +114,30 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
     )
 
 
-@contextmanager
-def unavailable(url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> Iterator[None]:
+class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
     """Turn redis-py errors into BrokerUnavailable (no answer) or BrokerRefused (an error reply).
 
     writes: whether the call may change something, so that a read's message does not say the
-    operation may still have been applied.
+    operation may still have been applied. A class rather than a generator: every broker call
+    enters one, the worker's hot path once per task.
     """
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        maybe = "The operation may still have been applied. " if writes else ""
-        raise BrokerUnavailable(
-            f"Redis at {url} did not answer ({exc}). {maybe}Check that Redis runs and "
-            f"JOBS['REDIS_URL'] points at it, then retry."
-        ) from None  # the cause is in the message; its frames hold the password (AUTH args)
-    except ResponseError as exc:
-        raise refused(url, exc, outcome=outcome) from None
+
+    __slots__ = ("outcome", "url", "writes")
+
+    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
+        self.url = url
+        self.writes = writes
+        self.outcome = outcome
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            maybe = "The operation may still have been applied. " if self.writes else ""
+            raise BrokerUnavailable(
+                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
+                f"JOBS['REDIS_URL'] points at it, then retry."
+            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
+        if isinstance(exc, ResponseError):
+            raise refused(self.url, exc, outcome=self.outcome) from None

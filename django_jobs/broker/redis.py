@@ -151,8 +151,14 @@ class RedisBroker(ScheduleCalls):
             index, task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = flat[
                 i : i + 9
             ]
-            enqueued_at, problem = _time("enqueued_at", enqueued)
-            first_unknown_at, unknown_problem = _time("first_unknown_at", unknown)
+            try:  # the common case, inline: two numbers, or none for first_unknown_at
+                enqueued_at = float(enqueued) if enqueued else None
+                first_unknown_at = float(unknown) if unknown else None
+                problem = ""
+            except ValueError:
+                enqueued_at, problem = _time("enqueued_at", enqueued)
+                first_unknown_at, unknown_problem = _time("first_unknown_at", unknown)
+                problem = problem or unknown_problem
             out.append(
                 Delivery(
                     id=task_id.decode(errors="replace"),
@@ -164,7 +170,7 @@ class RedisBroker(ScheduleCalls):
                     enqueued_at=enqueued_at,
                     first_unknown_at=first_unknown_at,
                     lease_deadline=float(deadline),
-                    problem=problem or unknown_problem,
+                    problem=problem,
                 )
             )
         return out
@@ -212,7 +218,11 @@ class RedisBroker(ScheduleCalls):
                 calls.append(("dequeue", keys, args))
         with self.unavailable():
             replies = self._pipeline(calls, own=True, errors=True)
-            failed = next((reply for reply in replies if isinstance(reply, Exception)), None)
+            failed = None
+            for reply in replies:  # a loop, not a generator: the hot path
+                if isinstance(reply, Exception):
+                    failed = reply
+                    break
             if failed is not None:
                 if count and not isinstance(replies[-1], Exception):
                     # An outcome was refused but the fetch after it ran: hand what it fetched

@@ -84,11 +84,11 @@ class ScriptCalls:
         own: on the connection `settle` owns rather than one from the pool. errors: return
         error replies (ResponseError) in their place rather than raise the first.
         """
-        commands = [
-            ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
-            for name, keys, args in calls
-        ]
-        replayable = not any(name in NOT_REPLAYABLE for name, _keys, _args in calls)
+        commands = []
+        replayable = True
+        for name, keys, args in calls:  # one loop, no generator: the hot path runs this
+            commands.append(("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args))
+            replayable = replayable and name not in NOT_REPLAYABLE
         replies = self._round_trip(commands, own=own, replayable=replayable)
         for index, reply in enumerate(replies):
             if isinstance(reply, NoScriptError):

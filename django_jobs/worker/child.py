@@ -13,9 +13,9 @@ JobTimeout inside it. A handler that does not return to Python in time (C code h
 a handler that swallows JobTimeout) is killed by the supervisor after a grace period. A run whose
 lease the supervisor found lost gets LeaseLost the same way (SIGUSR1), and nothing is written.
 
-A child dies with its supervisor: on Linux the kernel kills it (a parent-death signal), and
-everywhere it checks its parent before each fetch and before it starts a task, so an orphan
-never starts one (a task fetched as the supervisor died goes back untouched).
+A child dies with its supervisor: on Linux the kernel kills it (a parent-death signal); where
+the kernel cannot, it checks its parent before each fetch and before it starts a task, so an
+orphan never starts one (a task fetched as the supervisor died goes back untouched).
 
 While Redis does not answer, a child logs one line, retries after a bounded jittered back-off,
 and logs one line when Redis answers again.
@@ -31,8 +31,7 @@ import resource
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from types import FrameType
 
 from django_jobs.broker.protocol import Delivery, Verdict
@@ -40,7 +39,7 @@ from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable, JobTimeout, LeaseLost
 from django_jobs.worker.loop import Backoff, Outage
 from django_jobs.worker.policy import Attempt
-from django_jobs.worker.processor import Processor, outcome
+from django_jobs.worker.processor import Processor, log_outcome
 from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
 logger = logging.getLogger("django_jobs.worker.child")
@@ -58,19 +57,19 @@ PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
 
-def set_parent_death_signal(signum: int) -> None:
+def set_parent_death_signal(signum: int) -> bool:
     """Have the kernel send signum to this process when the thread that forked it exits, which
-    is when its parent dies: the supervisor forks on its main thread (Linux; elsewhere, a
-    no-op)."""
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0)
+    is when its parent dies: the supervisor forks on its main thread. Return whether the kernel
+    took it (Linux; elsewhere, a no-op: False)."""
+    return _LIBC is not None and _LIBC.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) == 0
 
 
-def die_with_parent(parent: int) -> bool:
+def die_with_parent(parent: int) -> tuple[bool, bool]:
     """Have the kernel SIGKILL this process when its parent dies; return whether the parent is
-    still `parent` (it may have died before the kernel was told)."""
-    set_parent_death_signal(signal.SIGKILL)
-    return os.getppid() == parent
+    still `parent` (it may have died before the kernel was told), and whether the kernel took it
+    (then the child need not look at its parent before each task)."""
+    watched = set_parent_death_signal(signal.SIGKILL)
+    return os.getppid() == parent, watched
 
 
 def _memory_mib() -> float:
@@ -88,6 +87,8 @@ class Child:
         table: SlotTable,
         index: int,
         parent: int | None = None,
+        *,
+        watched: bool = False,
     ) -> None:
         self.broker = broker
         self.settings = broker.settings
@@ -96,6 +97,9 @@ class Child:
         self.index = index
         #: The supervisor's pid: a different parent means it died and this child is an orphan.
         self.parent = os.getppid() if parent is None else parent
+        #: The kernel kills this process with its parent (see `die_with_parent`): no per-task
+        #: look at the parent is needed.
+        self.watched = watched
         self.orphaned = False
         self.processor = Processor(broker, queues, guard=self._guard)
         self.backoff = Backoff()
@@ -106,6 +110,8 @@ class Child:
         self.done = 0
         #: The running task's timeout while its alarm is armed, else 0 (a late alarm is ignored).
         self.armed = 0.0
+        #: The timeout `_guard` was given, armed by `__enter__`.
+        self._timeout = 0.0
         self._alarm_handler = self._on_alarm  # one bound method, to compare by identity
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -147,7 +153,7 @@ class Child:
         verdict: Verdict | None = None
         maybe_work = True
         while True:
-            orphaned = self._orphaned()
+            orphaned = not self.watched and self._orphaned()
             fetch = maybe_work and not self.stopping and not self._retiring() and not orphaned
             if verdict is None and not fetch:
                 if self.stopping or self._retiring() or orphaned:
@@ -165,9 +171,10 @@ class Child:
                 self.outage.failed(exc)
                 self._pause(self.backoff.next())
                 continue
-            self._answered()
+            if self.backoff.failures:
+                self._answered()
             if verdict is not None:
-                outcome(verdict, written[0])
+                log_outcome(verdict, written[0])
                 self.table.clear(self.index)
                 verdict = None
             if fetch and not deliveries:
@@ -182,7 +189,7 @@ class Child:
     def _run(self, delivery: Delivery) -> Verdict | None:
         """Run a fetched task; None if nothing is to be written (its lease was lost, or this
         child is an orphan and handed it back untouched)."""
-        if self._orphaned():
+        if not self.watched and self._orphaned():
             self._hand_back(delivery, "its worker's supervisor died")
             self.stopping = True
             return None
@@ -193,10 +200,10 @@ class Child:
             self.table.clear(self.index)
         return verdict
 
-    @contextmanager
-    def _guard(self, timeout: float, attempt: Attempt) -> Iterator[None]:
+    def _guard(self, timeout: float, attempt: Attempt) -> Child:
         """Around the handler: publish the task in the slot table, and raise JobTimeout in it
-        (on this, the main thread) if it runs longer than timeout seconds."""
+        (on this, the main thread) if it runs longer than timeout seconds (the child is the
+        context manager: no generator per task on the hot path)."""
         delivery = self.current
         if delivery is not None and len(delivery.id) <= MAX_ID:
             queue_index = self.queues.index(delivery.queue)
@@ -205,20 +212,27 @@ class Child:
                 attempt.number, attempt.max_attempts, attempt.backoff,
             )  # fmt: skip
             self.table.set(self.index, running)
-            if self._wait_for_stale_run(delivery):
+            # A first delivery (epoch 1) has no earlier run that could still be running.
+            if delivery.epoch != "1" and self._wait_for_stale_run(delivery):
                 # Its timeout starts now, with its alarm, not while it waited.
                 self.table.set(self.index, dataclasses.replace(running, started=time.monotonic()))
         if signal.getsignal(signal.SIGALRM) is not self._alarm_handler:
             # A job replaced it and did not put it back: timeouts must still work.
             signal.signal(signal.SIGALRM, self._alarm_handler)
-        self.armed = timeout
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        self._timeout = timeout
+        return self
+
+    def __enter__(self) -> None:
+        self.armed = self._timeout
+        signal.setitimer(signal.ITIMER_REAL, self._timeout)
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         try:
-            yield
-            try:  # the body completed: from here a late alarm is ignored
-                self.armed = 0.0
-            except JobTimeout:
-                self.armed = 0.0  # the alarm rang as the body returned: it completed in time
+            if kind is None:
+                try:  # the body completed: from here a late alarm is ignored
+                    self.armed = 0.0
+                except JobTimeout:
+                    self.armed = 0.0  # the alarm rang as the body returned: it completed in time
         finally:
             self.armed = 0.0
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -288,6 +302,7 @@ def main(
     broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int, parent: int
 ) -> None:
     """Run a child until it is told to stop, retires, or its supervisor `parent` dies."""
-    if not die_with_parent(parent):
+    alive, watched = die_with_parent(parent)
+    if not alive:
         return  # the supervisor died before the kernel could be told: an orphan already
-    Child(broker, queues, table, index, parent).run()
+    Child(broker, queues, table, index, parent, watched=watched).run()

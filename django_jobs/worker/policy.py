@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import traceback
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django_jobs.exceptions import LeaseLost, UnknownJob
 from django_jobs.jobs import MAX_FREE_RETRIES, Fail, Retry, SkipRetry
@@ -71,9 +72,8 @@ class Decision:
     crash: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One run of a task, as the policy sees it."""
+class Attempt(NamedTuple):
+    """One run of a task, as the policy sees it (a tuple: built once per task, cheaply)."""
 
     #: 1 for the first run, 2 for the first retry, ...
     number: int
@@ -84,8 +84,12 @@ class Attempt:
     backoff: float
 
 
+#: The one answer for a run that completed (made once: the hot path asks for it per task).
+COMPLETED = Decision(Fate.ACK)
+
+
 def completed() -> Decision:
-    return Decision(Fate.ACK)
+    return COMPLETED
 
 
 def failed(exc: BaseException, attempt: Attempt) -> Decision:

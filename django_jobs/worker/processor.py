@@ -107,7 +107,9 @@ class Processor:
         except DecodeError as exc:
             return verdict(delivery, message.job, policy.corrupt(str(exc)))
         number = delivery.attempts + 1
-        attempt = Attempt(number, message.max_attempts, _deliveries(delivery), job.backoff(number))
+        # The task's deliveries so far, this one included: its epoch (1 if not a number).
+        deliveries = int(delivery.epoch) if delivery.epoch.isdigit() else 1
+        attempt = Attempt(number, message.max_attempts, deliveries, job.backoff(number))
         context = JobContext(
             job_id=delivery.id,
             attempt=number,
@@ -124,7 +126,7 @@ class Processor:
         except Exception as exc:
             decision = policy.failed(exc, attempt)
         else:
-            decision = policy.completed()
+            decision = policy.COMPLETED
             if not ran:
                 logger.info(
                     "%s %s: an earlier run of this atomic task committed; acknowledged without "
@@ -142,22 +144,22 @@ class Processor:
         )  # fmt: skip
 
 
-def _deliveries(delivery: Delivery) -> int:
-    """The task's deliveries so far, this one included: its epoch (1 if not a number)."""
-    return int(delivery.epoch) if delivery.epoch.isdigit() else 1
-
-
-ACTIONS = {Fate.ACK: Action.ACK, Fate.RETRY: Action.RETRY, Fate.KILL: Action.KILL}
-
-
 def verdict(delivery: Delivery, job: str, decision: Decision, **fields: Any) -> Verdict:
     """What to write for a run the policy decided to ack, retry or kill."""
     d = decision
-    if d.fate is not Fate.ACK:
-        fields.pop("retention", None)
-        fields.update(delay=d.delay, error=d.error, traceback=d.traceback, spend=d.spend,
-                      unknown=d.unknown)  # fmt: skip
-    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, ACTIONS[d.fate], **fields)
+    # `is` tests, not a dict keyed by Fate: an enum's hash is a Python call (the hot path).
+    if d.fate is Fate.ACK:
+        return Verdict(delivery.id, delivery.queue, delivery.epoch, job, Action.ACK, **fields)
+    if d.fate is Fate.RETRY:
+        action = Action.RETRY
+    elif d.fate is Fate.KILL:
+        action = Action.KILL
+    else:
+        raise ValueError(f"a verdict is an ack, a retry or a kill, not {d.fate}")
+    fields.pop("retention", None)
+    fields.update(delay=d.delay, error=d.error, traceback=d.traceback, spend=d.spend,
+                  unknown=d.unknown)  # fmt: skip
+    return Verdict(delivery.id, delivery.queue, delivery.epoch, job, action, **fields)
 
 
 def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) -> str | None:
@@ -183,14 +185,25 @@ STATES = {Action.ACK: State.COMPLETED, Action.RETRY: State.RETRY, Action.KILL: S
 
 def outcome(verdict: Verdict, written: bool) -> Outcome:
     """Log one line for a run's outcome and return it ("stale" if it was not written)."""
+    log_outcome(verdict, written)
+    v = verdict
+    if not written:
+        return Outcome(v.task_id, v.job, v.queue, "stale")
+    return Outcome(
+        v.task_id, v.job, v.queue, STATES[v.action], "" if v.action is Action.ACK else v.error
+    )
+
+
+def log_outcome(verdict: Verdict, written: bool) -> None:
+    """Log one line for a run's outcome (the worker child's form of `outcome`: it builds
+    nothing, once per task)."""
     v = verdict
     if not written:
         logger.warning(
             "%s %s: outcome not written, the task was handed to another worker (lease lost)",
             v.job, v.task_id,
         )  # fmt: skip
-        return Outcome(v.task_id, v.job, v.queue, "stale")
-    if v.action is Action.ACK:
+    elif v.action is Action.ACK:
         logger.info("%s %s completed (attempt %d, %.3fs)", v.job, v.task_id, v.attempt, v.duration)
     elif v.action is Action.RETRY and v.unknown:
         logger.warning("%s %s put back: %s", v.job, v.task_id, v.error)
@@ -207,6 +220,3 @@ def outcome(verdict: Verdict, written: bool) -> Outcome:
         logger.error("%s %s dead after %d %s: %s", v.job, v.task_id, v.attempt, attempts, v.error)
     else:
         logger.error("task %s (%s) dead: %s", v.task_id, v.job, v.error)
-    return Outcome(
-        v.task_id, v.job, v.queue, STATES[v.action], "" if v.action is Action.ACK else v.error
-    )
