@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "testproject.probes",
     "testproject.reports",
     "testproject.shop",
+    "testproject.workflows",
 ]
 
 MIDDLEWARE = [
