@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import redis
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
-from django_jobs.broker.connection import redact
+from django_jobs.broker.connection import ScriptCalls
 from django_jobs.broker.info import (
     LISTS,
     QueueInfo,
@@ -32,9 +31,7 @@ from django_jobs.broker.info import (
     check_state,
 )
 from django_jobs.broker.protocol import Deleted
-from django_jobs.broker.wire import ScriptCalls
-from django_jobs.conf import JobsSettings
-from django_jobs.keys import QueueKeys, State, today, worker, workers
+from django_jobs.keys import State, today, worker, workers
 from django_jobs.message import DecodeError, Message, decode
 
 
@@ -157,18 +154,6 @@ def _running_tasks(value: str | None) -> list[tuple[str, str]]:
 
 class InspectCalls(ScriptCalls):
     """The read side of one Redis broker, and the operator's actions on its tasks."""
-
-    def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
-        super().__init__(client, redact(settings.redis_url or ""))
-        self.settings = settings
-        self._keys: dict[str, QueueKeys] = {}
-
-    def keys(self, queue: str) -> QueueKeys:
-        """The keys of one queue."""
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
-        return keys
 
     def _read(self, commands: Sequence[tuple[Any, ...]], *, errors: bool = True) -> list[Any]:
         """Run read commands in one round trip, replies as bytes; error replies as values

@@ -58,7 +58,7 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
 
 class RedisBroker(ScheduleCalls):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
-    the read side and the operator's actions in inspect.py, the wire in wire.py."""
+    the read side and the operator's actions in inspect.py, the wire in connection.py."""
 
     def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
         super().__init__(client, settings)
