@@ -29,6 +29,8 @@ PER_PAGE = 50
 KINDS = {"step": "step", "sleep": "sleep", "wait": "wait for signal", "parallel": "parallel",
          "item": "item"}  # fmt: skip
 FINISHED = ("succeeded", "failed", "canceled")
+#: The states of a step whose next time (a wake, a deadline, a retry) is still ahead.
+AHEAD = ("sleeping", "waiting", "retrying")
 
 
 def run_url(call_id: str) -> str:
@@ -99,7 +101,11 @@ class FlowRunAdmin(JobsAdmin):
             if detail is None:
                 raise unknown(call_id)
             run = detail.run
-            timeline = [(step, KINDS.get(step.kind, step.kind)) for step in run.steps]
+            # A step's next time only while it is ahead (a received wait keeps its deadline).
+            timeline = [
+                (step, KINDS.get(step.kind, step.kind), step.state in AHEAD and step.next_at)
+                for step in run.steps
+            ]
             return {
                 "detail": detail,
                 "run": run,

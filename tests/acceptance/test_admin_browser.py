@@ -9,6 +9,10 @@ merged by time at 1400 px (the key columns on screen, nothing scrolling sideways
 queue, and reads the Queues, Tasks, task and Workers pages on a 420 px phone screen, each with a
 screenshot (docs/_static/*-420.png with JOBS_SCREENSHOTS_DIR=docs/_static).
 
+On the Flow runs page an operator filters the runs by status, reads a run's timeline, sends it
+the signal it waits for from the form, and cancels another run; with JOBS_SCREENSHOTS_DIR=
+docs/_static the run's timeline (docs/flows-admin.rst shows it) is saved there too.
+
 On the Schedules page an operator runs a schedule now, follows its last fire to the task, pauses
 it and reads a schedule's fire history; the page is read again on a 420 px screen. With
 JOBS_SCREENSHOTS_DIR=docs/_static the Schedules page's screenshot (docs/admin.rst shows it) is
@@ -31,10 +35,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from django_jobs import Job
 from django_jobs.client import get_broker
+from django_jobs.conf import get_settings
+from django_jobs.flows import Context, Flow, get_run
 from django_jobs.inspector import get_inspector
 from django_jobs.testing import run_burst
 from django_jobs.worker.heartbeat import Heartbeat
-from tests.conftest import RedisNamespace
+from tests.conftest import RedisNamespace, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -360,6 +366,128 @@ def test_admin_browser__schedules_page_run_now_pause_and_narrow_screen(
     expect(small.locator("table.jobs-fires td.field-id")).to_have_text([first])
     no_sideways_scroll(small, 420)
     shots += docs_screenshot(small, tmp_path, "schedule-420.png")
+    narrow.close()
+
+    print("\nscreenshots:", *shots, sep="\n  ")
+
+
+# -- flows ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Checkout:
+    number: int
+
+
+#: Calls of the warehouse step so far, by order: its first call fails (a retry on the timeline).
+WAREHOUSE_CALLS: dict[int, int] = {}
+
+
+def reserve_stock(number: int) -> dict[str, Any]:
+    return {"order": number, "reserved": 3}
+
+
+def capture_payment(number: int, ref: str) -> str:
+    return f"captured {ref} for order {number}"
+
+
+def notify_warehouse(number: int) -> str:
+    WAREHOUSE_CALLS[number] = WAREHOUSE_CALLS.get(number, 0) + 1
+    if WAREHOUSE_CALLS[number] == 1:
+        raise ConnectionError("warehouse API timed out")
+    return "queued for shipping"
+
+
+class PlaceOrder(Flow[Checkout]):
+    """Reserve, wait for the payment (30 minutes), capture it, tell the warehouse."""
+
+    def run(self, ctx: Context, input: Checkout) -> dict[str, Any]:
+        ctx.step("reserve-stock", reserve_stock, input.number)
+        payment, paid = ctx.wait_for_signal("paid", timeout=30 * 60)
+        if not paid:
+            return {"order": input.number, "status": "expired"}
+        ctx.step("capture-payment", capture_payment, input.number, payment["ref"])
+        ctx.step("notify-warehouse", notify_warehouse, input.number, backoff=0.05)
+        return {"order": input.number, "status": "shipped"}
+
+
+def drain_flows() -> None:
+    run_burst(list(get_settings().flow_queues))
+
+
+def test_admin_browser__flow_runs_timeline_signal_and_cancel(
+    browser: Browser,
+    live_server: Any,
+    redis_ns: RedisNamespace,
+    operator: User,
+    tmp_path: Path,
+) -> None:
+    # Given three checkouts waiting for their payment, and one finished run.
+    WAREHOUSE_CALLS.clear()
+    for number in (1017, 1018, 1019):
+        PlaceOrder.start(Checkout(number), call_id=f"order-{number}")
+    drain_flows()
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    log_in(page, live_server.url, operator)
+
+    # The Jobs section leads to the flow runs, newest first.
+    page.get_by_role("link", name="Flow runs").first.click()
+    expect(page.locator("#content h1")).to_have_text("Flow runs")
+    expect(page.locator("th.field-call-id")).to_have_text(
+        ["order-1019", "order-1018", "order-1017"]
+    )
+    page.locator("ul.flows-statuses").get_by_role("link", name="Succeeded").click()
+    expect(page.locator("p.jobs-empty")).to_have_text("No flow runs succeeded.")
+    page.locator("ul.flows-statuses").get_by_role("link", name="Waiting").click()
+    expect(page.locator("td.field-status")).to_have_text(["waiting"] * 3)
+    page.fill("#flows-q", "order-1017")
+    page.get_by_role("button", name="Find").click()
+    expect(page.locator("th.field-call-id")).to_have_text(["order-1017"])
+
+    # A run's page: its timeline so far, and the signal it waits for in the form.
+    page.locator("th.field-call-id a").click()
+    expect(page.locator("#content h1")).to_have_text("Flow run order-1017")
+    expect(page.locator(".flows-step-name")).to_have_text(["reserve-stock", "paid"])
+    expect(page.locator("#flows-signal-name")).to_have_value("paid")
+    page.fill("#flows-signal-value", '{"ref": "pay-7731"}')
+    page.get_by_role("button", name="Send signal").click()
+    expect(page.locator("ul.messagelist")).to_contain_text(
+        "Signal 'paid' sent to flow run order-1017"
+    )
+    expect(page.locator("tr.flows-signal")).to_contain_text("pay-7731")
+
+    # The worker's side: the run goes on, the warehouse step fails once and is retried.
+    wait_until(lambda: drain_flows() or get_run("order-1017").status == "succeeded", timeout=10)  # type: ignore[union-attr]
+    page.reload()
+    expect(page.locator(".field-status .flows-status")).to_have_text("succeeded")
+    expect(page.locator(".flows-step-name")).to_have_text(
+        ["reserve-stock", "paid", "capture-payment", "notify-warehouse"]
+    )
+    warehouse = page.locator("li.flows-step", has=page.locator("text=notify-warehouse"))
+    expect(warehouse.locator(".flows-attempts")).to_have_text("2 attempts")
+    expect(page.locator("pre.flows-output")).to_contain_text('"status": "shipped"')
+    expect(page.get_by_role("button", name="Cancel run")).to_have_count(0)
+    shots = docs_screenshot(page, tmp_path, "flow-run.png")
+
+    # Cancel another run from its page: it ends at once.
+    page.goto(f"{live_server.url}/admin/django_jobs/flowrun/order-1018/")
+    page.get_by_role("button", name="Cancel run").click()
+    expect(page.locator("ul.messagelist")).to_contain_text("Flow run order-1018 is canceled")
+    expect(page.locator(".field-status .flows-status")).to_have_text("canceled")
+    expect(page.locator("p.flows-run-error")).to_contain_text("canceled in the admin")
+    assert get_run("order-1018").status == "canceled"  # type: ignore[union-attr]
+    shots.append(screenshot(page, tmp_path / "flow-canceled.png"))
+    context.close()
+
+    # On a 420 px screen the timeline reads without scrolling sideways.
+    narrow = browser.new_context(viewport={"width": 420, "height": 800})
+    small = narrow.new_page()
+    log_in(small, live_server.url, operator)
+    small.goto(f"{live_server.url}/admin/django_jobs/flowrun/order-1017/")
+    expect(small.locator(".flows-step-name")).to_have_count(4)
+    no_sideways_scroll(small, 420)
+    shots.append(screenshot(small, tmp_path / "flow-run-420.png"))
     narrow.close()
 
     print("\nscreenshots:", *shots, sep="\n  ")
