@@ -97,6 +97,8 @@ class JobsSettings:
     flow_retention: float
     flow_unknown_delay: float
     flow_unknown_grace: float
+    #: Requests per user to the jobs admin API ("600/minute"), or None (django_jobs.api.throttling).
+    api_throttle_rate: str | None
 
     @property
     def enabled(self) -> bool:

@@ -87,6 +87,9 @@ DEFAULTS: dict[str, Any] = {
     # long in all before the event goes dead (rolling deploys).
     "FLOW_UNKNOWN_DELAY": 1,
     "FLOW_UNKNOWN_GRACE": 600,
+    # Requests one user may make to the jobs admin API, as DRF writes rates ("600/minute",
+    # "20/second"); past it the API answers 429. None: no throttle of ours.
+    "API_THROTTLE_RATE": "600/minute",
 }
 
 #: Keys of the design that nothing reads yet, with the feature that will: setting one is check

@@ -217,6 +217,7 @@ def settings_errors() -> list[Error]:
             )
     errors += _check_email(raw)
     errors += _check_flows(raw)
+    errors += _check_throttle(raw["API_THROTTLE_RATE"])
     beat, lease = raw["HEARTBEAT_INTERVAL"], raw["LEASE"]
     if is_valid_duration(beat) and is_valid_duration(lease):
         seconds = [v.total_seconds() if isinstance(v, timedelta) else v for v in (beat, lease)]
@@ -306,3 +307,22 @@ def _check_email(raw: dict[str, Any]) -> list[Error]:
             )
         )
     return errors
+
+
+#: A DRF throttle rate: requests per second, minute, hour or day (DRF reads the unit's first
+#: letter).
+THROTTLE_RATE = re.compile(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)")
+
+
+def _check_throttle(value: Any) -> list[Error]:
+    if value is None or (isinstance(value, str) and THROTTLE_RATE.fullmatch(value)):
+        return []
+    return [
+        error(
+            17,
+            f"JOBS['API_THROTTLE_RATE'] is {value!r}, not a rate.",
+            "Use requests per unit as DRF writes them, such as '600/minute' or '20/second' "
+            "(units: second, minute, hour, day), or None for no throttle; the default is "
+            f"{DEFAULTS['API_THROTTLE_RATE']!r}.",
+        )
+    ]

@@ -49,3 +49,19 @@ def test_get_settings__invalid_value_raises_with_check_id() -> None:
 def test_defaults__every_key_is_a_field() -> None:
     fields = set(get_settings.__wrapped__().__dataclass_fields__)  # type: ignore[attr-defined]
     assert {key.lower() for key in DEFAULTS} == fields
+
+
+@pytest.mark.parametrize("rate", ["600/minute", "20/s", "1000/hour", "5/day", None])
+def test_api_throttle_rate__rates_and_none_are_valid(rate: str | None) -> None:
+    with override_settings(JOBS={"API_THROTTLE_RATE": rate}):
+        assert get_settings().api_throttle_rate == rate
+
+
+@pytest.mark.parametrize("rate", ["600", "0/minute", "ten/minute", "5/fortnight", 600, ""])
+def test_api_throttle_rate__anything_else_is_e017(rate: object) -> None:
+    expected = r"E017.*API_THROTTLE_RATE.*600/minute"
+    with (
+        override_settings(JOBS={"API_THROTTLE_RATE": rate}),
+        pytest.raises(ImproperlyConfigured, match=expected),
+    ):
+        get_settings()
