@@ -34,6 +34,10 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 
+#: Longest search, job filter or cursor read from the query string (longer ones are cut): more
+#: than any job name, idempotency key or cursor of ours.
+MAX_INPUT = 1000
+
 #: The job that runs Django's @task functions (django_jobs.tasks): shown by the function's path.
 DJANGO_TASK = "django_jobs.DjangoTask"
 
@@ -88,11 +92,11 @@ class ListQuery:
         return cls(
             queue=queue,
             state=state,
-            job=get.get("job", ""),
-            query=get.get("q", "").strip(),
+            job=get.get("job", "")[:MAX_INPUT],
+            query=get.get("q", "").strip()[:MAX_INPUT],
             newest_first=get.get("o") != "oldest",
             page=_number(get.get("p"), 1),
-            at=get.get("at", "") or _start(queue, get.get("start")),
+            at=get.get("at", "")[:MAX_INPUT] or _start(queue, get.get("start")),
         )
 
     @property

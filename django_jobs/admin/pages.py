@@ -128,9 +128,19 @@ class JobsAdmin(ModelAdmin):
         build: Callable[[Inspector], dict[str, Any]],
         **extra: Any,
     ) -> HttpResponse:
-        """Render a page from what build reads, or say why Redis cannot be read."""
+        """Render a page from what build reads, or say why Redis cannot be read (view_task)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
+        return self._render(request, template, title, build, **extra)
+
+    def _render(
+        self,
+        request: HttpRequest,
+        template: str,
+        title: str,
+        build: Callable[[Inspector], dict[str, Any]],
+        **extra: Any,
+    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -186,6 +196,7 @@ class JobsAdmin(ModelAdmin):
         """Ask before a change (the answer POSTs to this same URL); ask gives the question.
 
         ask returns {"question": ..., "items": [...] to list, "fields": [(name, value), ...]},
-        the fields being sent back with the answer.
+        the fields being sent back with the answer. The caller has checked the permission of
+        the change: a user who may make it may be asked (delete_task alone lets one delete).
         """
-        return self.render(request, "confirm.html", title, ask, button=button, back=back)
+        return self._render(request, "confirm.html", title, ask, button=button, back=back)

@@ -1,0 +1,260 @@
+"""The admin's Jobs section against hostile users and hostile data.
+
+- Text written by anyone who can enqueue or write to Redis (payloads, errors, tracebacks, job
+  names, idempotency keys, worker hosts, schedule names and payloads, search terms) is shown
+  escaped on every page: the queues, the tasks list and its search results, a task's page, the
+  confirmation pages, the workers and the schedules.
+- Every action needs its permission (view_task to look, change_task to retry, pause, resume and
+  run a schedule, delete_task to delete), crossed for every kind of staff user, and changes
+  nothing in Redis when refused; every form carries the CSRF token.
+- The admin's list answers whatever its query string holds: no 500, nothing reflected raw.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
+
+from django_jobs.admin.listing import MAX_INPUT
+from django_jobs.client import get_broker
+from django_jobs.inspector import Inspector, get_inspector
+from django_jobs.keys import worker, workers
+from django_jobs.message import Message, encode
+from tests.conftest import RedisNamespace
+from tests.integration.test_admin import (
+    Fails,
+    Note,
+    dead_task,
+    login,
+    make_user,
+    queue_url,
+    task_url,
+)
+from tests.integration.test_admin_schedules import SyncAccounts, schedule_url
+from tests.redis_state import snapshot
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = '<script>alert("x")</script>'
+#: Hostile text without a "/", for what becomes part of a URL (a schedule's name).
+IMG = "<img src=x onerror=alert(1)>"
+#: What must never reach a page unescaped.
+RAW = ("<script>alert", "<img src=x")
+QUEUES = reverse("admin:django_jobs_queue_changelist")
+TASKS = reverse("admin:django_jobs_task_changelist")
+WORKERS = reverse("admin:django_jobs_worker_changelist")
+SCHEDULES = reverse("admin:django_jobs_schedule_changelist")
+
+
+@pytest.fixture
+def insp(redis_ns: RedisNamespace, settings: Any) -> Inspector:
+    settings.JOBS = {
+        **settings.JOBS,
+        "SCHEDULE": {
+            IMG: {"job": SyncAccounts.name, "every": 30, "queue": "low"},
+            "sync": {"job": SyncAccounts.name, "every": 30, "payload": {"id": 7}},
+        },
+    }
+    return get_inspector()
+
+
+def hostile_records(redis_ns: RedisNamespace) -> tuple[str, str]:
+    """A dead task of ours whose payload and error hold SCRIPT, and one written by hand whose
+    job name, payload, key, error and traceback do; a worker whose host and task do."""
+    ours = dead_task(SCRIPT)
+    theirs = "e" * 32
+    k = get_broker().keys("default")
+    message = Message(theirs, SCRIPT, "default", {SCRIPT: IMG}, 1, 30, 60, f"key-{SCRIPT}")
+    redis_ns.client.hset(
+        k.task(theirs),
+        mapping={"state": "dead", "msg": encode(message), "error": IMG, "traceback": SCRIPT,
+                 "died_at": time.time(), "attempts": 1},
+    )  # fmt: skip
+    redis_ns.client.zadd(k.dead, {theirs: time.time()})
+    ns, worker_id = redis_ns.namespace, f"host:{SCRIPT}"
+    redis_ns.client.zadd(workers(ns), {worker_id: time.time()})
+    redis_ns.client.hset(
+        worker(ns, worker_id),
+        mapping={"host": SCRIPT, "pid": 1, "queues": "default", "concurrency": 1,
+                 "started": time.time(), "last_beat": time.time(),
+                 "tasks": json.dumps([{"id": theirs, "queue": "default"}])},
+    )  # fmt: skip
+    redis_ns.client.expire(worker(ns, worker_id), 60)
+    return ours, theirs
+
+
+def assert_escaped(body: str, where: object, *, shown: bool = True) -> None:
+    for raw in RAW:
+        assert raw not in body, where
+    if shown:  # the text is there, escaped
+        assert "&lt;script&gt;" in body or "&lt;img" in body, where
+
+
+def test_escaping__every_page_shows_hostile_text_escaped(
+    redis_ns: RedisNamespace, insp: Inspector
+) -> None:
+    ours, theirs = hostile_records(redis_ns)
+    client = login(make_user("root", superuser=True))
+
+    gets: list[tuple[str, dict[str, Any]]] = [
+        (QUEUES, {}),
+        (TASKS, {"state": "dead"}),
+        (TASKS, {"state": "dead", "queue": "default"}),
+        (TASKS, {"state": "dead", "q": SCRIPT}),
+        (TASKS, {"state": "dead", "q": "key-<script>"}),
+        (TASKS, {"state": "dead", "job": SCRIPT}),
+        (TASKS, {"state": "dead", "q": theirs}),
+        (task_url(ours), {}),
+        (task_url(theirs), {}),
+        (task_url(theirs, action="delete"), {}),
+        (WORKERS, {}),
+        (SCHEDULES, {}),
+        (schedule_url(IMG), {}),
+    ]
+    for url, query in gets:
+        response = client.get(url, query)
+        assert response.status_code == 200, (url, query)
+        # Queue names are checked at start-up (E005): nothing of theirs on the Queues page.
+        assert_escaped(response.content.decode(), (url, query), shown=url != QUEUES)
+    asked = client.post(
+        f"{TASKS}?queue=default&state=dead",
+        {"action": "delete_selected", "_selected_action": [theirs, SCRIPT]},
+    )
+    assert asked.status_code == 200
+    assert_escaped(asked.content.decode(), "delete confirmation")
+
+
+# -- every action, every kind of staff user -------------------------------------------------
+
+#: (name, method, url, form, the permission it needs: "view", "change" or "delete").
+Action = tuple[str, str, Callable[[str], str], dict[str, Any], str]
+ACTIONS: list[Action] = [
+    ("task page", "get", lambda t: task_url(t), {}, "view"),
+    ("task retry", "post", lambda t: task_url(t, action="retry"), {}, "change"),
+    ("task delete, asked", "get", lambda t: task_url(t, action="delete"), {}, "delete"),
+    ("task delete", "post", lambda t: task_url(t, action="delete"), {"state": "dead"}, "delete"),
+    ("retry ticked", "post", lambda t: f"{TASKS}?queue=default&state=dead",
+     {"action": "retry_selected", "_selected_action": "{t}"}, "change"),
+    ("delete ticked, asked", "post", lambda t: f"{TASKS}?queue=default&state=dead",
+     {"action": "delete_selected", "_selected_action": "{t}"}, "delete"),
+    ("delete ticked", "post", lambda t: f"{TASKS}?queue=default&state=dead",
+     {"action": "delete_selected", "_selected_action": "{t}", "post": "yes"}, "delete"),
+    ("pause", "post", lambda t: queue_url("pause"), {}, "change"),
+    ("resume", "post", lambda t: queue_url("resume"), {}, "change"),
+    ("retry all dead, asked", "get", lambda t: queue_url("retry_all_dead"), {}, "change"),
+    ("retry all dead", "post", lambda t: queue_url("retry_all_dead"), {"post": "yes"}, "change"),
+    ("delete all dead, asked", "get", lambda t: queue_url("delete_all_dead"), {}, "delete"),
+    ("delete all dead", "post", lambda t: queue_url("delete_all_dead"), {"post": "yes"},
+     "delete"),
+    ("schedule run", "post", lambda t: schedule_url("sync", "run"), {}, "change"),
+    ("schedule pause", "post", lambda t: schedule_url("sync", "pause"), {}, "change"),
+    ("schedule resume", "post", lambda t: schedule_url("sync", "resume"), {}, "change"),
+]  # fmt: skip
+#: Kinds of staff user by the permissions they hold.
+KINDS = {
+    "none": (),
+    "view": ("view_task",),
+    "change": ("change_task",),
+    "delete": ("delete_task",),
+    "view+delete": ("view_task", "delete_task"),
+    "all": ("view_task", "change_task", "delete_task"),
+}
+GRANTS = {"view": {"view_task", "change_task"}, "change": {"change_task"},
+          "delete": {"delete_task"}}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("action", ACTIONS, ids=lambda a: a[0])
+def test_permissions__every_action_needs_its_permission(
+    redis_ns: RedisNamespace, insp: Inspector, kind: str, action: Action
+) -> None:
+    name, method, url, form, needs = action
+    task_id = dead_task()
+    client = login(make_user(f"u-{kind}", *KINDS[kind]))
+    data = {k: task_id if v == "{t}" else v for k, v in form.items()}
+    before = snapshot(redis_ns)
+
+    response = getattr(client, method)(url(task_id), data)
+
+    allowed = bool(GRANTS[needs] & set(KINDS[kind]))
+    if allowed:
+        assert response.status_code in (200, 302), (name, kind)
+    else:
+        assert response.status_code == 403, (name, kind)
+        assert snapshot(redis_ns) == before, (name, kind)
+
+
+def test_csrf__every_form_of_every_page_carries_the_token(
+    redis_ns: RedisNamespace, insp: Inspector
+) -> None:
+    ours, _theirs = hostile_records(redis_ns)
+    Fails.enqueue(Note("later"), delay=60)
+    client = login(make_user("root", superuser=True), enforce_csrf_checks=True)
+    pages = [QUEUES, f"{TASKS}?state=dead", f"{TASKS}?state=dead&queue=default", task_url(ours),
+             task_url(ours, action="delete"), queue_url("delete_all_dead"),
+             queue_url("retry_all_dead"), SCHEDULES, schedule_url("sync"), WORKERS]  # fmt: skip
+    forms = 0
+    for page in pages:
+        body = client.get(page).content.decode()
+        for form in re.findall(r"<form[^>]*method=\"post\"[^>]*>(.*?)</form>", body, re.S | re.I):
+            forms += 1
+            assert 'name="csrfmiddlewaretoken"' in form, page
+    assert forms >= 8
+
+
+# -- the list's query string under a fuzzer --------------------------------------------------
+
+PARAMS = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.one_of(
+            st.text(max_size=40),
+            st.sampled_from(["dead", "default", "oldest", "-1", "0", str(10**30), SCRIPT]),
+            st.integers().map(str),
+        )
+        for name in ("queue", "state", "job", "q", "o", "p", "start", "at")
+    },
+)
+
+
+def test_fuzz__the_tasks_list_answers_any_query_without_a_500(
+    redis_ns: RedisNamespace, insp: Inspector
+) -> None:
+    hostile_records(redis_ns)
+    client = login(make_user("root", superuser=True))
+
+    @hypothesis_settings(
+        max_examples=60, deadline=None, database=None, derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(params=PARAMS)
+    def run(params: dict[str, str]) -> None:
+        clean = {k: v.replace("\x00", "") for k, v in params.items()}
+        response = client.get(TASKS, clean)
+        assert response.status_code in (200, 404), clean
+        body = response.content.decode()
+        for raw in RAW:
+            assert raw not in body, clean
+
+    run()
+
+
+def test_search__a_huge_search_is_cut_to_max_input(
+    redis_ns: RedisNamespace, insp: Inspector
+) -> None:
+    client = login(make_user("root", superuser=True))
+
+    response = client.get(TASKS, {"state": "dead", "q": "k" * 100_000, "job": "j" * 100_000})
+
+    assert response.status_code == 200
+    assert response.context["listing"].query == "k" * MAX_INPUT
+    assert response.context["listing"].job == "j" * MAX_INPUT
