@@ -30,6 +30,8 @@ CANCEL_UNAVAILABLE = (
     "pause <queue>` stops workers taking new tasks from a queue."
 )
 
+#: Why an action found no task: it moved out of reach between the lookup and the action.
+GONE = "it is gone: it finished and expired, or was deleted, meanwhile."
 #: An action on one task: None when done, else why not.
 Act = Callable[[Inspector, str, str], str | None]
 
@@ -100,12 +102,12 @@ def _retry(insp: Inspector, queue: str, task_id: str) -> str | None:
     if insp.retry(queue, task_id):
         return None
     task = insp.task(queue, task_id)
-    return f"{RETRY_RULE} (it is {task.state})." if task else "it is gone."
+    return f"{RETRY_RULE} (it is {task.state})." if task else GONE
 
 
 def _delete(insp: Inspector, queue: str, task_id: str) -> str | None:
     try:
-        return None if insp.delete(queue, task_id) else "it is gone."
+        return None if insp.delete(queue, task_id) else GONE
     except TaskRunning as exc:
         return str(exc)
 
