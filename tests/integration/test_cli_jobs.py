@@ -24,6 +24,7 @@ from django_jobs.inspector import RETRY_RULE, get_inspector
 from django_jobs.keys import State
 from django_jobs.models import OutboxJob
 from django_jobs.testing import run_burst
+from django_jobs.worker.heartbeat import Heartbeat
 from tests.conftest import RedisNamespace, free_port
 from tests.integration.test_inspector import Fails, Noop, Note, depths
 
@@ -88,6 +89,24 @@ def test_stats__queues_workers_and_outbox_as_a_table_and_as_json(redis_ns: Redis
     assert data["workers"] == []
     assert data["outbox"]["rows"] == 0
     assert data["outbox_on"] is False
+
+
+def test_stats__live_workers_and_their_busy_slots(redis_ns: RedisNamespace) -> None:
+    Noop.enqueue(Note("x"))
+    delivery = get_broker().dequeue(["default"])
+    assert delivery is not None
+    info: dict[str, str | int | float] = {"host": "web-1", "pid": 42, "queues": "default",
+                                          "concurrency": 4, "started": 1_700_000_000.5}  # fmt: skip
+    Heartbeat(get_broker(), "web-1:42:aaaaaa", info, lambda: [delivery]).tick()
+    Heartbeat(get_broker(), "web-2:7:bbbbbb", {**info, "host": "web-2"}, list).tick()
+
+    out, _ = jobs("stats")
+    (busy, idle) = jobs_json("stats")["workers"]
+
+    assert "workers: 2 live, 1 of 8 slots busy" in out
+    assert (busy["host"], busy["concurrency"], busy["queues"]) == ("web-1", 4, ["default"])
+    assert busy["tasks"] == [{"id": delivery.id, "queue": "default", "job": Noop.name}]
+    assert idle["tasks"] == []
 
 
 def test_stats__the_outbox_depth_and_oldest_age(redis_ns: RedisNamespace, settings: Any) -> None:
