@@ -8,11 +8,11 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from django_jobs.backends.outbox import overview
+from django_jobs.backends.outbox import Overview, overview
 from django_jobs.cli.registry import Session, Subcommand, arg, subcommand
 from django_jobs.cli.render import duration, shorten, table, when
 from django_jobs.conf import get_settings
-from django_jobs.exceptions import UnknownQueue
+from django_jobs.exceptions import BrokerUnavailable, UnknownQueue
 from django_jobs.inspector import TIME_FIELDS, TaskInfo
 from django_jobs.keys import State, today
 
@@ -54,38 +54,44 @@ def not_found(task_id: str) -> str:
     )
 
 
+def outbox_lines(outbox: Overview | None, on: bool) -> list[str]:
+    """The outbox as `stats` prints it: depth, oldest age, held rows, last relay."""
+    if outbox is None:
+        return ["outbox: its table cannot be read (run manage.py migrate)"]
+    state = "on" if on else "off (JOBS['OUTBOX'])"
+    relayed = f"{when(outbox.relayed_at)} UTC by {outbox.relayed_by}" if outbox.relayed_at else ""
+    lines = [
+        f"outbox ({state}): {outbox.rows} rows waiting, oldest {duration(outbox.oldest_age)}, "
+        f"{outbox.held} held; last relay {relayed or 'never'}"
+    ]
+    if outbox.held_error:
+        lines.append(f"  oldest held: {shorten(outbox.held_error, 200)}")
+    return lines
+
+
 @subcommand("queues, workers and the outbox at a glance (the admin's Queues page)")
 def stats(session: Session, options: dict[str, Any]) -> None:
     insp = session.inspector
-    queues, workers, outbox = insp.queues(), insp.workers(), overview()
-    busy = sum(len(w.tasks) for w in workers)
-    slots = sum(w.concurrency for w in workers)
-    data = {"day": today(), "queues": queues, "workers": workers, "outbox": outbox,
-            "outbox_on": get_settings().outbox}  # fmt: skip
+    # The outbox is in the database: shown even when Redis cannot be read (then exit 1).
+    outbox, on = overview(), get_settings().outbox
+    data: dict[str, Any] = {"day": today(), "queues": None, "workers": None, "outbox": outbox,
+                            "outbox_on": on}  # fmt: skip
+    try:
+        queues, workers = insp.queues(), insp.workers()
+    except BrokerUnavailable:
+        session.emit(data, outbox_lines(outbox, on))
+        raise
+    data.update(queues=queues, workers=workers)
     headers = ["queue", "paused", *State.ALL, "done today", "failed today"]
     rows = [
         [q.name, "yes" if q.paused else "no", *(q.count(s) for s in State.ALL),
          q.processed_today, q.failed_today]
         for q in queues
     ]  # fmt: skip
+    busy, slots = sum(len(w.tasks) for w in workers), sum(w.concurrency for w in workers)
     lines = table(headers, rows)
     lines.append(f"\nworkers: {len(workers)} live, {busy} of {slots} slots busy")
-    if outbox is None:
-        lines.append("outbox: its table cannot be read (run manage.py migrate)")
-    else:
-        state = "on" if data["outbox_on"] else "off (JOBS['OUTBOX'])"
-        relayed = (
-            f"{when(outbox.relayed_at)} UTC by {outbox.relayed_by}"
-            if outbox.relayed_at
-            else "never"
-        )
-        lines.append(
-            f"outbox ({state}): {outbox.rows} rows waiting, oldest {duration(outbox.oldest_age)},"
-            f" {outbox.held} held; last relay {relayed}"
-        )
-        if outbox.held_error:
-            lines.append(f"  oldest held: {shorten(outbox.held_error, 200)}")
-    session.emit(data, lines)
+    session.emit(data, lines + outbox_lines(outbox, on))
 
 
 @subcommand(

@@ -370,6 +370,25 @@ def test_every_subcommand__redis_down_is_one_clear_error(
         assert "\n" not in str(caught.value), run
 
 
+def test_stats__redis_down_still_shows_the_outbox_then_the_error(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+                     "OUTBOX": True}  # fmt: skip
+    Noop.enqueue_many([Note("a"), Note("b"), Note("c")])  # rows kept: the test never commits
+    out, err = io.StringIO(), io.StringIO()
+
+    with pytest.raises(CommandError, match="did not answer"):
+        call_command("jobs", "stats", stdout=out, stderr=err)
+    answer = io.StringIO()
+    with pytest.raises(CommandError):
+        call_command("jobs", "stats", "--json", stdout=answer, stderr=io.StringIO())
+
+    assert out.getvalue().startswith("outbox (on): 3 rows waiting, oldest ")
+    data = json.loads(answer.getvalue())
+    assert (data["outbox"]["rows"], data["queues"], data["workers"]) == (3, None, None)
+
+
 def test_jobs_disabled__one_clear_error(settings: Any) -> None:
     settings.JOBS = {**getattr(settings, "JOBS", {}), "REDIS_URL": None}
     with pytest.raises(CommandError, match=r"Jobs are disabled: JOBS\['REDIS_URL'\] is not set"):
