@@ -15,6 +15,8 @@ from typing import Any
 
 from django_jobs.exceptions import InvalidPayload, JobsError
 
+#: The record version this release writes (`v` in the message). Records of earlier releases
+#: must stay readable: tests/integration/test_upgrades.py reads a fixture of version 1.
 VERSION = 1
 
 
