@@ -34,6 +34,10 @@ CLOCKS = frozenset(
         "datetime.datetime.utcnow",
         "datetime.datetime.today",
         "datetime.date.today",
+        # `datetime` used without an import this module shows (the class, most likely)
+        "datetime.now",
+        "datetime.utcnow",
+        "datetime.today",
         "time.time",
         "time.time_ns",
         "time.monotonic",

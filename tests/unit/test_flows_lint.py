@@ -76,3 +76,20 @@ def test_command__without_a_subcommand_or_with_a_missing_path_says_what_to_do() 
         call_command("flows")
     with pytest.raises(CommandError, match="No such file"):
         call_command("flows", "check", "no/such/file.py")
+
+
+def test_lint__names_without_an_import_and_aliases_are_read_as_usual() -> None:
+    source = (
+        "import requests as r\nfrom django.utils.timezone import now\n"
+        "class F(Flow[int]):\n"
+        "    def run(self, ctx, input):\n"
+        "        a = datetime.now()\n"
+        "        b = now()\n"
+        "        c = r.Session().get('x')\n"
+        "        return ctx.step('ok', lambda: now())\n"
+    )
+    assert [(f.line, f.rule) for f in check_source(source)] == [
+        (5, "clock"),
+        (6, "clock"),
+        (7, "http"),
+    ]
