@@ -299,13 +299,15 @@ class InspectCalls(ScriptCalls):
         namespace = self.settings.namespace
         with self.unavailable(writes=False):
             ids = sorted(str(i) for i in self.client.zrange(workers(namespace), 0, -1))
-            pipe = self.client.pipeline(transaction=False)
-            for worker_id in ids:
-                pipe.hgetall(worker(namespace, worker_id))
-            hashes: list[dict[str, str]] = pipe.execute()
+        replies = self._read([("HGETALL", worker(namespace, worker_id)) for worker_id in ids])
         # A worker that stopped beating keeps its registry entry until the next beat of any
-        # worker drops it, but its hash has expired: it is not listed.
-        found = [(i, h) for i, h in zip(ids, hashes, strict=True) if h]
+        # worker drops it, but its hash has expired: it is not listed; nor is a key of another
+        # type in its place (written by hand: no worker of ours).
+        found = [
+            (i, {k.decode(errors="replace"): v.decode(errors="replace") for k, v in h.items()})
+            for i, h in zip(ids, replies, strict=True)
+            if isinstance(h, dict) and h
+        ]
         running = [_running_tasks(h.get("tasks")) for _, h in found]
         refs = [(q, t) for slots in running for (t, q) in slots]
         messages = self._read([("HGET", self.keys(q).task(t), "msg") for q, t in refs])

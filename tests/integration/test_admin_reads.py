@@ -198,3 +198,27 @@ def test_paging__the_api_refuses_huge_pages_and_offsets(
     response = api.get(f"{API}/failed?{query}")
 
     assert response.status_code == 400
+
+
+def test_odd_entries__an_orphan_id_and_a_worker_key_of_another_type(
+    redis: Any, staff: Client, api: APIClient
+) -> None:
+    (good,) = write_dead(redis, 1, 0)
+    orphan = "b" * 32  # listed as dead, its record gone
+    redis.zadd("t:{default}:dead", {orphan: 2e9})
+    redis.zadd("t:workers", {"host:1": 2e9})
+    redis.set("t:worker:host:1", "written by hand")
+
+    workers = staff.get(reverse("admin:django_jobs_worker_changelist"))
+    overview = api.get(API)
+    listed = staff.get(TASKS, {"queue": "default", "state": "dead"})
+    deleted = staff.post(
+        f"{TASKS}?queue=default&state=dead",
+        {"action": "delete_selected", "_selected_action": [orphan], "post": "yes"},
+    )
+
+    assert (workers.status_code, overview.status_code, listed.status_code) == (200, 200, 200)
+    assert overview.json()["workers"] == []
+    assert orphan in listed.content.decode()
+    assert deleted.status_code == 302
+    assert redis.zrange("t:{default}:dead", 0, -1) == [good.encode()]
