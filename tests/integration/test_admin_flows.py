@@ -79,6 +79,8 @@ def test_list__by_status_newest_first_with_search_and_paging(
     assert every.status_code == 200
     assert listed(every) == [waiting, *reversed(done)]
     assert listed(staff.get(RUNS, {"status": "waiting"})) == [waiting]
+    assert f'href="?flow={StepsFlow.name}"' in every.content.decode()  # a flow's runs only
+    assert listed(staff.get(RUNS, {"flow": StepsFlow.name})) == list(reversed(done))
     assert listed(staff.get(RUNS, {"status": "succeeded"})) == list(reversed(done))
     assert listed(staff.get(RUNS, {"q": "done-1"})) == ["done-1"]
     assert "No flow run has the call id nope" in text(staff.get(RUNS, {"q": "nope"}))
