@@ -185,3 +185,21 @@ def test_redis_down__pages_say_so_with_503(staff: Client, settings: Any) -> None
     assert any("Redis is unreachable" in n for n in notes(response))
     settings.JOBS = {"REDIS_URL": None}
     assert "jobs are disabled" in text(staff.get(RUNS))
+
+
+def test_run__links_its_parent_and_children(staff: Client, redis_ns: RedisNamespace) -> None:
+    from django_jobs.flows.details import RunDetail, get_run_detail
+
+    parent = StepsFlow.start(Steps(n=1), call_id="parent-run")
+    child = StepsFlow.start(Steps(n=1), call_id="child-run", metadata={"parent_call_id": parent})
+    drain()
+    detail = get_run_detail(parent)
+    assert detail is not None
+    with pytest.MonkeyPatch.context() as mp:
+        # The children as ctx.start_child records them (the engine's part); here given.
+        linked = RunDetail(detail.run, detail.signals, "", [child])
+        mp.setattr("django_jobs.admin.flows.get_run_detail", lambda call_id: linked)
+        body = staff.get(run_url(parent)).content.decode()
+    assert f'<a href="{run_url(child)}">child-run</a>' in body
+    body = staff.get(run_url(child)).content.decode()
+    assert f'<a href="{run_url(parent)}">parent-run</a>' in body
