@@ -488,6 +488,11 @@ def test_admin_browser__flow_runs_timeline_signal_and_cancel(
     expect(small.locator(".flows-step-name")).to_have_count(4)
     no_sideways_scroll(small, 420)
     shots.append(screenshot(small, tmp_path / "flow-run-420.png"))
+    # And the list: each run a card of labelled lines.
+    small.goto(f"{live_server.url}/admin/django_jobs/flowrun/")
+    expect(small.locator("th.field-call-id")).to_have_count(3)
+    no_sideways_scroll(small, 420)
+    shots.append(screenshot(small, tmp_path / "flows-420.png"))
     narrow.close()
 
     print("\nscreenshots:", *shots, sep="\n  ")
