@@ -110,16 +110,23 @@ class FlowStore:
     # -- the engine ------------------------------------------------------------------------
 
     def start(
-        self, call_id: str, flow: str, input_json: str, metadata_json: str, key: str | None
+        self,
+        call_id: str,
+        flow: str,
+        input_json: str,
+        metadata_json: str,
+        key: str | None,
+        version: int = 1,
     ) -> tuple[str, str]:
-        """Record a new call; ("ok", call), ("exists", status) or ("duplicate", call)."""
+        """Record a new call (under its flow's code version); ("ok", call), ("exists",
+        status) or ("duplicate", call)."""
         k = self.keys
         keys = [k.meta(call_id), k.status(call_id), k.runs(), k.runs(flow)]
         if key is not None:
             keys.append(k.idempotency(flow, key))
         window = max(1, round(self.settings.idempotency_window * 1000))
         status, value = self._run("flow_start", keys, [call_id, flow, input_json, metadata_json,
-                                                       window])  # fmt: skip
+                                                       window, version])  # fmt: skip
         return str(status), str(value)
 
     def acquire(self, call_id: str) -> Acquired:

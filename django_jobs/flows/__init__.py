@@ -14,7 +14,7 @@ storage, fencing, queues and namespaces.
 from django_jobs.flows.base import Flow, registry
 from django_jobs.flows.context import Context
 from django_jobs.flows.engine import FlowEvent
-from django_jobs.flows.errors import FlowError, StepFailed, UnknownFlow
+from django_jobs.flows.errors import FlowError, NonDeterministicFlow, StepFailed, UnknownFlow
 from django_jobs.flows.events import FlowEventPayload
 from django_jobs.flows.runs import (
     STATUSES,
@@ -26,6 +26,7 @@ from django_jobs.flows.runs import (
     list_runs,
     send_signal,
 )
+from django_jobs.flows.signals import Signal
 
 __all__ = [
     "STATUSES",
@@ -34,8 +35,10 @@ __all__ = [
     "FlowError",
     "FlowEvent",
     "FlowEventPayload",
+    "NonDeterministicFlow",
     "Run",
     "RunPage",
+    "Signal",
     "StepFailed",
     "StepInfo",
     "UnknownFlow",

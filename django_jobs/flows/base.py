@@ -1,4 +1,5 @@
-"""`Flow[Input]`: the base class of every flow, its registry, and `start`."""
+"""`Flow[Input]` / `Flow[Input, Output]`: the base class of every flow, its registry, `start`,
+and the typed reads and signals of its class (`get_run`, `send_signal`)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,32 @@ import json
 import re
 import typing
 import uuid
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic
 
 from django.db import transaction
+from typing_extensions import TypeVar
 
 from django_jobs.flows.errors import FlowError, UnknownFlow
 from django_jobs.jobs import _default_name
-from django_jobs.message import payload_to_json
+from django_jobs.message import payload_from_json, payload_to_json
 
 if TYPE_CHECKING:
     from django_jobs.flows.context import Context
+    from django_jobs.flows.runs import Run
+    from django_jobs.flows.signals import Signal
 
 I = TypeVar("I")  # noqa: E741
+#: The output type; `Flow[Input]` is `Flow[Input, None]` (a TypeVar default: typing_extensions).
+O = TypeVar("O", default=None)  # noqa: E741
+T = TypeVar("T")
 
 #: A call id goes inside Redis key names (and their hash tag): no braces, colons or spaces.
 CALL_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
 
-class Flow(Generic[I]):
-    """Subclass with a dataclass input type and implement `run(self, ctx, input)`.
+class Flow(Generic[I, O]):
+    """Subclass with a dataclass input type (and optionally an output type) and implement
+    `run(self, ctx, input)`.
 
     `run` is replayed from the top on every event of a call: steps already done return their
     memoised value instead of running again. Its one rule: code outside steps must be
@@ -36,6 +44,11 @@ class Flow(Generic[I]):
     name: ClassVar[str]
     #: The input dataclass, taken from `Flow[Input]`.
     input_type: ClassVar[type[Any]]
+    #: The output type from `Flow[Input, Output]` (None when not given).
+    output_type: ClassVar[Any] = None
+    #: The version of this flow's code, recorded on each run at its start (Run.version): what
+    #: a `ctx.version()` gate answers for a run that went past the gate before it existed.
+    version: ClassVar[int] = 1
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -43,6 +56,9 @@ class Flow(Generic[I]):
         if input_type is None:
             return  # still generic: an abstract base for other flows
         cls.input_type = input_type
+        cls.output_type = _output_type(cls)
+        if not isinstance(cls.version, int) or isinstance(cls.version, bool) or cls.version < 1:
+            raise TypeError(f"{cls.__qualname__}.version must be an int, 1 or more")
         if "name" not in cls.__dict__:
             cls.name = _default_name(cls)
         registry.add(cls)
@@ -65,15 +81,17 @@ class Flow(Generic[I]):
         call_id: str | None = None,
         idempotency_key: str | None = None,
         metadata: dict[str, Any] | None = None,
-        on_commit: bool = False,
+        on_commit: bool | None = None,
     ) -> str:
         """Start a run of this flow with `input` and return its call id.
 
         A duplicate idempotency key (within JOBS["IDEMPOTENCY_WINDOW"]) returns the call id
         of the run that holds it, starting nothing; so does a call id already started.
         on_commit: start when the surrounding transaction commits (the call id is returned at
-        once; a duplicate is then found, and logged, at the commit).
+        once; a duplicate is then found, and logged, at the commit); None (the default) does so
+        inside atomic() if JOBS["ENQUEUE_ON_COMMIT"] is set, as an enqueue does.
         """
+        from django_jobs.conf import get_settings
         from django_jobs.flows.events import start_call
 
         data = payload_to_json(input, cls.input_type)
@@ -89,12 +107,38 @@ class Flow(Generic[I]):
         if idempotency_key is not None and (not isinstance(idempotency_key, str) or not
                                             idempotency_key):  # fmt: skip
             raise ValueError(f"idempotency_key must be a non-empty str, got {idempotency_key!r}")
+        if on_commit is None:
+            on_commit = get_settings().enqueue_on_commit
+        version = cls.version
         if on_commit and transaction.get_connection().in_atomic_block:
             transaction.on_commit(
-                lambda: start_call(cls.name, call_id, data, meta, idempotency_key)
+                lambda: start_call(cls.name, call_id, data, meta, idempotency_key, version)
             )
             return call_id
-        return start_call(cls.name, call_id, data, meta, idempotency_key)
+        return start_call(cls.name, call_id, data, meta, idempotency_key, version)
+
+    @classmethod
+    def get_run(cls, call_id: str) -> Run[O] | None:
+        """The run of a call of this flow, its output typed (a dataclass output comes back as
+        that dataclass), or None if there is none or it is another flow's."""
+        from django_jobs.flows.runs import get_run
+
+        run = get_run(call_id)
+        if run is None or run.flow != cls.name:
+            return None
+        out_type = cls.output_type
+        if run.output is not None and dataclasses.is_dataclass(out_type):
+            output = payload_from_json(run.output, out_type)  # type: ignore[arg-type]
+            run = dataclasses.replace(run, output=output)
+        return run
+
+    @classmethod
+    def send_signal(cls, call_id: str, signal: Signal[T], value: T) -> bool:
+        """Deliver a typed signal declared on the class (`approved = Signal[bool]("approved")`):
+        mypy checks the value's type; as the module's `send_signal` otherwise."""
+        from django_jobs.flows.runs import send_signal
+
+        return send_signal(call_id, signal.name, value)
 
 
 def _input_type(cls: type) -> type[Any] | None:
@@ -111,15 +155,24 @@ def _input_type(cls: type) -> type[Any] | None:
     return inherited
 
 
+def _output_type(cls: type) -> Any:
+    for base in getattr(cls, "__orig_bases__", ()):
+        origin = typing.get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, Flow):
+            args = typing.get_args(base)
+            return args[1] if len(args) > 1 and not isinstance(args[1], TypeVar) else None
+    return getattr(cls, "output_type", None)
+
+
 class FlowRegistry:
     """Flow classes by registered name; the first class of a name keeps it."""
 
     def __init__(self) -> None:
-        self.flows: dict[str, type[Flow[Any]]] = {}
+        self.flows: dict[str, type[Flow[Any, Any]]] = {}
         #: Names registered by more than one class (check django_jobs.E042), with their paths.
         self.conflicts: dict[str, list[str]] = {}
 
-    def add(self, cls: type[Flow[Any]]) -> None:
+    def add(self, cls: type[Flow[Any, Any]]) -> None:
         existing = self.flows.get(cls.name)
         path = f"{cls.__module__}.{cls.__qualname__}"
         if existing is not None:
@@ -129,7 +182,7 @@ class FlowRegistry:
                 return
         self.flows[cls.name] = cls
 
-    def get(self, name: str) -> type[Flow[Any]]:
+    def get(self, name: str) -> type[Flow[Any, Any]]:
         """The flow class registered as name, or raise UnknownFlow."""
         try:
             return self.flows[name]

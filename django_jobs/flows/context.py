@@ -12,16 +12,23 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 from django_jobs.broker.flows import FlowStore, dumps
 from django_jobs.conf import to_seconds
 from django_jobs.exceptions import LeaseLost
 from django_jobs.flows.errors import Canceled, FlowError, ReplayLost, StepFailed, Suspend
+from django_jobs.flows.history import History
+from django_jobs.flows.signals import Signal, signal_name
 from django_jobs.flows.steps import Backoff, call_with_timeout, delay_after, refuse_non_json
 from django_jobs.message import JobContext
 
+if TYPE_CHECKING:
+    from django_jobs.flows.base import Flow
+
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741
+O = TypeVar("O")  # noqa: E741
 
 #: Runs of a step before it fails for good, unless the step says otherwise.
 DEFAULT_STEP_ATTEMPTS = 3
@@ -49,6 +56,9 @@ class Context:
         self._event = event
         self.metadata: dict[str, Any] = json.loads(meta.get("metadata") or "{}")
         self._seen: set[str] = set()
+        self.history = History(flow, call_id, status)
+        #: The version of the flow's code this run was started under (Flow.version).
+        self.run_version = int(meta["version"]) if meta.get("version", "").isdigit() else 1
         self._nows = 0
         self._marked = False
         #: Records that any later replay would derive again the same way (a sleep past its
@@ -62,7 +72,9 @@ class Context:
 
     # -- bookkeeping ------------------------------------------------------------------------
 
-    def _name(self, name: str) -> None:
+    def _name(self, name: str, kind: str) -> None:
+        """Take a step name (unique in a run) and its position (history.py:
+        NonDeterministicFlow when the history has another record there)."""
         if not isinstance(name, str) or not name:
             raise FlowError(f"a step name must be a non-empty str, got {name!r}")
         if name in self._seen:
@@ -71,6 +83,7 @@ class Context:
                 f"sleep, wait and parallel its own name (in a loop: f'charge-{{i}}')"
             )
         self._seen.add(name)
+        self.history.claim(f"{kind}:{name}")
 
     def _record(self, field: str) -> dict[str, Any]:
         raw = self._status.get(field)
@@ -87,6 +100,9 @@ class Context:
         """Write under this replay's epoch; raise ReplayLost or Canceled when refused; return
         "ok" or "signaled"."""
         records = {**self._derived, **(status or {})}
+        for field, record in records.items():
+            if "seq" not in record and field in self.history.asked:
+                record["seq"] = self.history.asked[field]
         encoded = {field: dumps(record) for field, record in records.items()}
         task = None
         if mode == "keep" and not self._marked and self._event is not None:
@@ -137,13 +153,18 @@ class Context:
         max_attempts: int = DEFAULT_STEP_ATTEMPTS,
         timeout: timedelta | float | None = None,
         backoff: Backoff = None,
+        atomic: bool = False,
         **kwargs: Any,
     ) -> T:
         """Run fn(*args, **kwargs) once for this call and return its value; on every later
         replay return the memoised value. A failure is retried after `backoff` (seconds, or
         a function of the failures so far) up to `max_attempts` runs, then raises StepFailed
-        here (and on every later replay). The value must survive JSON."""
-        self._name(name)
+        here (and on every later replay). The value must survive JSON.
+
+        atomic: run fn inside one database transaction with the step's completion record (a
+        ProcessedTask row holding its value), so that its ORM writes happen once even when
+        the worker dies between that commit and the Redis write (atomic.py)."""
+        self._name(name, "step")
         field = f"step:{name}"
         rec = self._record(field)
         state = rec.get("state")
@@ -163,13 +184,26 @@ class Context:
                            error=f"crashed its worker {rec['crashes']} times")  # fmt: skip
                 self.write(status={field: rec})
                 raise StepFailed(name, rec["error"])
-        rec.update(state="running", epoch=self.epoch, started_at=now,
-                   attempts=rec.get("attempts", 0) + 1)  # fmt: skip
-        rec.pop("next_at", None)
-        self.write(status={field: rec})
+        committed = None
+        if atomic:
+            from django_jobs.flows.atomic import committed_value
+
+            committed = committed_value(self, name)
+        if committed is None:
+            rec.update(state="running", epoch=self.epoch, started_at=now,
+                       attempts=rec.get("attempts", 0) + 1)  # fmt: skip
+            rec.pop("next_at", None)
+            self.write(status={field: rec})
         seconds = None if timeout is None else to_seconds(timeout)
         try:
-            value = call_with_timeout(seconds, fn, *args, **kwargs)
+            if committed is not None:
+                value = committed[0]  # its transaction committed: Redis never heard of it
+            elif atomic:
+                from django_jobs.flows.atomic import run_atomic
+
+                value = call_with_timeout(seconds, run_atomic, self, name, fn, args, kwargs)
+            else:
+                value = call_with_timeout(seconds, fn, *args, **kwargs)
         except (LeaseLost, Suspend, ReplayLost, Canceled):
             raise
         except Exception as exc:
@@ -221,7 +255,7 @@ class Context:
         self._sleep(name, lambda: at)
 
     def _sleep(self, name: str, until: Callable[[], float]) -> None:
-        self._name(name)
+        self._name(name, "sleep")
         field = f"sleep:{name}"
         rec = self._record(field)
         if rec.get("state") == "done":
@@ -236,12 +270,28 @@ class Context:
         rec.update(state="done", finished_at=now)
         self._derived[field] = rec
 
+    @overload
+    def wait_for_signal(
+        self, name: Signal[T], timeout: timedelta | float | None = None
+    ) -> tuple[T | None, bool]: ...
+
+    @overload
     def wait_for_signal(
         self, name: str, timeout: timedelta | float | None = None
+    ) -> tuple[Any, bool]: ...
+
+    def wait_for_signal(
+        self, name: str | Signal[Any], timeout: timedelta | float | None = None
     ) -> tuple[Any, bool]:
-        """Wait for the signal `name` (send_signal); return (value, True), or (None, False)
-        once `timeout` has passed without it. A signal sent before the wait is kept for it."""
-        self._name(name)
+        """Wait for the signal `name` (send_signal; a str, or a Signal declared on the flow,
+        typing the value); return (value, True), or (None, False) once `timeout` has passed
+        without it. A signal sent before the wait is kept for it."""
+        name = signal_name(name)
+        self._name(name, "wait")
+        return self._wait(name, timeout)
+
+    def _wait(self, name: str, timeout: timedelta | float | None) -> tuple[Any, bool]:
+        """wait_for_signal's body (a child's end is a signal its parent waits for so, too)."""
         field, sig = f"wait:{name}", f"sig:{name}"
         rec = self._record(field)
         if rec.get("state") == "received":
@@ -289,5 +339,61 @@ class Context:
         parallel.py."""
         from django_jobs.flows.parallel import run_parallel
 
-        self._name(name)
+        self._name(name, "parallel")
         return run_parallel(self, name, calls, limit, max_attempts, backoff)
+
+    def version(self, name: str, latest: int) -> int:
+        """A versioning gate: the version of this change that this run takes, recorded once per
+        run. A run meeting the gate for the first time takes `latest`; a run whose history
+        went past this point before the gate was in the code takes the version it was started
+        under (Flow.version then: 1 by default), so that it keeps its old path. The gate takes
+        no position among the steps, and may be asked again anywhere in the run (the same
+        answer). See docs/flows.rst, Versioning."""
+        if not isinstance(name, str) or not name:
+            raise FlowError(f"a version gate's name must be a non-empty str, got {name!r}")
+        if not isinstance(latest, int) or isinstance(latest, bool) or latest < 1:
+            raise FlowError(f"version {name!r}: latest must be an int, 1 or more: {latest!r}")
+        field = f"version:{name}"
+        rec = self._record(field)
+        if isinstance(rec.get("version"), int):
+            return int(rec["version"])
+        chosen = min(latest, self.run_version) if self.history.passed() else latest
+        now = time.time()
+        rec = {"state": "done", "version": chosen, "started_at": now, "finished_at": now}
+        self.write(status={field: rec})
+        return chosen
+
+    def first_of(
+        self,
+        name: str,
+        signals: Sequence[str | Signal[Any]],
+        timeout: timedelta | float | None = None,
+    ) -> tuple[str | None, Any]:
+        """Wait for whichever comes first of several signals or the end of `timeout` (a
+        sleep): (the signal's name, its value), or (None, None) when the time came first.
+        Settled by one script: a signal that loses to the time is refused (send_signal answers
+        False), one that loses to another signal is kept. See first.py."""
+        from django_jobs.flows.first import first_of
+
+        names = [signal_name(s) for s in signals]
+        self._name(name, "first")
+        return first_of(self, name, names, timeout)
+
+    def start_child(
+        self,
+        flow: type[Flow[I, O]],
+        input: I,
+        *,
+        name: str | None = None,
+        wait: bool = True,
+    ) -> Any:
+        """Start a child run of `flow` with `input`, once for this call: with wait=True (the
+        default), wait for it to end and return its output (StepFailed if it failed or was
+        canceled); with wait=False, return its call id at once. Its call id is
+        "<this call id>.<name>" (name: the flow's name by default). Canceling this run
+        cancels its children. See children.py."""
+        from django_jobs.flows.children import start_child
+
+        name = name or flow.name
+        self._name(name, "child")
+        return start_child(self, flow, input, name, wait)

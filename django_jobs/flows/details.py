@@ -1,8 +1,8 @@
 """What the admin and the API show of one run beyond `get_run`: its signals and its links.
 
 A read only (one round trip, as get_run): the run, the signals delivered to it (the meta
-hash's `sig:<name>` fields, with their values), and the parent/child links, which child flows
-will record (metadata "parent_call_id" until then; none today).
+hash's `sig:<name>` fields, with their values), and the parent/child links that
+ctx.start_child records (also on the Run itself: `run.parent`, `run.children`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django_jobs.flows.events import store
-from django_jobs.flows.runs import Run, _run
+from django_jobs.flows.runs import PARENT_KEY, Run, _run
 
-#: The metadata key naming a run's parent call (child flows will write it).
-PARENT_KEY = "parent_call_id"
+__all__ = ["PARENT_KEY", "RunDetail", "Signal", "get_run_detail"]
 
 
 @dataclass(frozen=True)
@@ -50,5 +49,4 @@ def get_run_detail(call_id: str) -> RunDetail | None:
                 value = raw
             signals.append(Signal(key[4:], value))
     run = _run(state)
-    parent = run.metadata.get(PARENT_KEY) if isinstance(run.metadata, dict) else None
-    return RunDetail(run, signals, parent if isinstance(parent, str) else "")
+    return RunDetail(run, signals, run.parent, run.children)

@@ -28,7 +28,8 @@ from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, JobTimeout,
 from django_jobs.flows.base import Flow, registry
 from django_jobs.flows.context import Context
 from django_jobs.flows.errors import Canceled, ReplayLost, StepFailed, Suspend, UnknownFlow
-from django_jobs.flows.events import FLOW_EVENT, FlowEventPayload, publish, store
+from django_jobs.flows.events import FLOW_EVENT, FlowEventPayload, publish, replaying, store
+from django_jobs.flows.runs import PARENT_KEY, cancel_children, notify_parent
 from django_jobs.jobs import Fail, Job
 from django_jobs.message import JobContext, payload_from_json
 
@@ -54,7 +55,8 @@ class FlowEvent(Job[FlowEventPayload]):
     max_attempts = 10
 
     def run(self, payload: FlowEventPayload) -> None:
-        replay(payload, self.context)
+        with replaying():
+            replay(payload, self.context)
 
 
 def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
@@ -97,12 +99,14 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
     run(flow_cls, ctx)
 
 
-def run(flow_cls: type[Flow[Any]], ctx: Context) -> None:
+def run(flow_cls: type[Flow[Any, Any]], ctx: Context) -> None:
     """Run the flow's code under ctx's lease, and record how this replay ended."""
     flow = flow_cls()
     try:
         data = json.loads(ctx._meta["input"])
         output = flow.run(ctx, payload_from_json(data, flow_cls.input_type))
+        if ctx.history.violation is not None:
+            raise ctx.history.violation  # caught by the flow's code: the run fails anyway
         problem = _output_problem(output)
         if problem:
             raise StepFailed("(output)", f"the flow's output {problem}")
@@ -182,6 +186,12 @@ def _finish(ctx: Context, status: str, *, output: str = "", error: str = "") -> 
         ctx.write("finish", meta=meta)
     except (ReplayLost, Canceled):
         return False
+    if status == "canceled":
+        cancel_children(ctx.call_id, meta["error"])
+    if PARENT_KEY in ctx.metadata:
+        (state,) = ctx.store.read([ctx.call_id])
+        if state is not None:
+            notify_parent(state)
     logger.info("flow %s %s %s%s", ctx.flow, ctx.call_id, status, f": {error}" if error else "")
     return True
 

@@ -47,3 +47,28 @@ class ReplayLost(BaseException):
 
 class Canceled(BaseException):
     """Internal: cancel() was asked for this call: the run ends as canceled."""
+
+
+class NonDeterministicFlow(FlowError):
+    """A replay asked for a step where the run's history has another: the flow's code changed
+    the order of its steps (or takes a path that depends on something outside steps) while the
+    run was in flight. The run fails with this error rather than mixing two histories."""
+
+    def __init__(self, flow: str, call_id: str, position: int, asked: str, recorded: str) -> None:
+        self.position = position
+        self.asked = asked
+        self.recorded = recorded
+        super().__init__(
+            f"flow {flow} call {call_id} is not deterministic: at position {position} this "
+            f"replay asks for {_label(asked)} where the run's history has {_label(recorded)}. "
+            f"Its code changed the order of its steps while the run was in flight: gate the "
+            f"change with ctx.version() so that old runs keep their path (docs/flows.rst, "
+            f"Versioning), and keep code outside steps deterministic."
+        )
+
+
+def _label(field: str) -> str:
+    if field.startswith("("):
+        return field[1:-1]
+    kind, _, name = field.partition(":")
+    return f"{kind} {name!r}" if name else repr(field)

@@ -6,11 +6,19 @@ timer, a signal's wake-up, a bounce) on `<FLOWS_NAMESPACE>_critical`, which work
 (see `JobsSettings.served_queues`). Events are published with the client's `enqueue`, so they
 take the same paths as any job's (on commit, the outbox, delays in the scheduled set), and they
 are delivered at least once: a replay of a duplicate finds every recorded step done.
+
+Events published by a replay, inside the worker (`replaying()`: its timers, wake-ups, bounces,
+the children it starts and the signals it sends its parent) skip the outbox: the replay needs
+Redis anyway, and a database commit per event would only slow it. A start or a signal from a
+web request keeps JOBS["OUTBOX"].
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +32,19 @@ logger = logging.getLogger("django_jobs.flows")
 
 #: The registered name of the events' job (engine.FlowEvent).
 FLOW_EVENT = "django_jobs.FlowEvent"
+
+#: Whether this context runs a replay (engine.replay): its events skip the outbox.
+_replaying: ContextVar[bool] = ContextVar("django_jobs_flow_replaying", default=False)
+
+
+@contextmanager
+def replaying() -> Iterator[None]:
+    """Mark the code inside as a replay in the worker (see the module's docstring)."""
+    token = _replaying.set(True)
+    try:
+        yield
+    finally:
+        _replaying.reset(token)
 
 
 @dataclass
@@ -55,16 +76,22 @@ def publish(
     critical, starts = get_settings().flow_queues
     payload = FlowEventPayload(call_id, flow, unknown_since, crashes)
     options = Options(queue=starts if start else critical, delay=max(0.0, delay) or None)
-    enqueue(jobs.get(FLOW_EVENT), [(payload, None)], options, on_commit=False)
+    outbox = False if _replaying.get() else None
+    enqueue(jobs.get(FLOW_EVENT), [(payload, None)], options, on_commit=False, outbox=outbox)
 
 
 def start_call(
-    flow: str, call_id: str, data: dict[str, Any], metadata: dict[str, Any], key: str | None
+    flow: str,
+    call_id: str,
+    data: dict[str, Any],
+    metadata: dict[str, Any],
+    key: str | None,
+    version: int = 1,
 ) -> str:
-    """Record a call and publish its first event; return its call id (the original one for a
-    duplicate idempotency key)."""
+    """Record a call (under its flow's code version) and publish its first event; return its
+    call id (the original one for a duplicate idempotency key)."""
     s = store()
-    status, value = s.start(call_id, flow, dumps(data), dumps(metadata), key)
+    status, value = s.start(call_id, flow, dumps(data), dumps(metadata), key, version)
     if status == "duplicate":
         logger.info("flow %s: idempotency key %r holds call %s: not started", flow, key, value)
         (original,) = s.read([value])

@@ -6,26 +6,36 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic
+
+from typing_extensions import TypeVar
 
 from django_jobs.broker.flows import CallState, dumps
 from django_jobs.flows.errors import FlowError
 from django_jobs.flows.events import publish, store
+from django_jobs.flows.signals import Signal, signal_name
 from django_jobs.flows.steps import refuse_non_json
+
+#: The type of a run's output: Any for the module's get_run, the flow's for Flow.get_run.
+O = TypeVar("O", default=Any)  # noqa: E741
+#: The metadata key naming a run's parent call (written by ctx.start_child).
+PARENT_KEY = "parent_call_id"
 
 #: The statuses of a run, as get_run and list_runs report them.
 STATUSES = ("running", "sleeping", "waiting", "succeeded", "failed", "canceled")
 FINISHED = ("succeeded", "failed", "canceled")
 
 
-def send_signal(call_id: str, name: str, value: Any = None) -> bool:
-    """Deliver the signal `name` to a call; True if it was taken.
+def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> bool:
+    """Deliver the signal `name` (a str, or a Signal declared on the flow) to a call; True if
+    it was taken. `Flow.send_signal(call_id, Flow.signal, value)` is the typed spelling.
 
     The first signal of a name wins (later ones: False); one sent before the flow waits for it
     is kept for that wait; one sent after that wait timed out is False, and no replay ever
     turns that timed-out wait into a received one. False too for a call that has ended or
     does not exist. The value must survive JSON (refused here, with FlowError).
     """
+    name = signal_name(name)
     problem = refuse_non_json(value)
     if problem:
         raise FlowError(f"signal {name!r}: its value {problem}")
@@ -48,8 +58,57 @@ def send_signal(call_id: str, name: str, value: Any = None) -> bool:
 def cancel(call_id: str, reason: str = "") -> bool:
     """Cancel a call: a sleeping or waiting run ends now (status "canceled"); a running one is
     asked to stop (its running step is interrupted, and the run ends as canceled). False for a
-    call that has ended or does not exist."""
-    return store().cancel(call_id, reason or "canceled") in ("canceled", "requested")
+    call that has ended or does not exist.
+
+    The children it started (ctx.start_child, awaited or not) are canceled with it, and theirs:
+    now, and again by the parent's replay when it ends as canceled (a child started meanwhile).
+    """
+    s = store()
+    answer = s.cancel(call_id, reason or "canceled")
+    if answer in ("canceled", "requested"):
+        cancel_children(call_id, reason or "canceled")
+    if answer == "canceled":  # ended now, with no replay to tell its parent
+        (state,) = s.read([call_id])
+        if state is not None:
+            notify_parent(state)
+    return answer in ("canceled", "requested")
+
+
+def cancel_children(call_id: str, reason: str) -> None:
+    """Cancel every child a call started (and theirs, through cancel)."""
+    (state,) = store().read([call_id])
+    for child in [] if state is None else _children(state.status):
+        cancel(child, f"parent {call_id} canceled: {reason}")
+
+
+def _children(status: dict[str, str]) -> list[str]:
+    out = []
+    for key, raw in status.items():
+        if key.startswith("child:"):
+            try:
+                child = json.loads(raw).get("call_id")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(child, str):
+                out.append(child)
+    return sorted(out)
+
+
+def notify_parent(state: CallState) -> None:
+    """Tell the parent waiting for this child (ctx.start_child) that it ended: the signal
+    `child:<its step>` with the child's status and output or error."""
+    try:
+        metadata = json.loads(state.meta.get("metadata") or "{}")
+    except ValueError:
+        return
+    parent, step = metadata.get(PARENT_KEY), metadata.get("parent_step")
+    if not (isinstance(parent, str) and isinstance(step, str)):
+        return
+    status = state.meta.get("status", "")
+    value: dict[str, Any] = {"status": status, "error": state.meta.get("error", "")}
+    if status == "succeeded":
+        value["output"] = json.loads(state.meta.get("output") or "null")
+    send_signal(parent, f"child:{step}", value)
 
 
 def _at(value: Any) -> datetime | None:
@@ -75,19 +134,25 @@ class StepInfo:
 
 
 @dataclass(frozen=True)
-class Run:
-    """A flow call as get_run and list_runs report it."""
+class Run(Generic[O]):
+    """A flow call as get_run and list_runs report it (Flow.get_run: its output typed)."""
 
     call_id: str
     flow: str
     status: str
     input: dict[str, Any]
     metadata: dict[str, Any]
-    output: Any = None
+    output: O | None = None
     error: str = ""
     created_at: datetime | None = None
     finished_at: datetime | None = None
     steps: list[StepInfo] = field(default_factory=list)
+    #: The version of the flow's code the run was started under (Flow.version).
+    version: int = 1
+    #: The call id of the run that started this one with ctx.start_child, or "".
+    parent: str = ""
+    #: The call ids of the runs this one started with ctx.start_child, sorted.
+    children: list[str] = field(default_factory=list)
 
     def step(self, name: str) -> StepInfo | None:
         """The step (or sleep, wait, parallel) of that name, if the run has reached it."""
@@ -99,6 +164,8 @@ def _run(state: CallState) -> Run:
     steps = []
     for key, raw in state.status.items():
         kind, _, name = key.partition(":")
+        if kind == "version":
+            continue
         try:
             rec = json.loads(raw)
         except ValueError:
@@ -112,17 +179,22 @@ def _run(state: CallState) -> Run:
             )
         )  # fmt: skip
     steps.sort(key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.name))
+    metadata = json.loads(m.get("metadata") or "{}")
+    parent = metadata.get(PARENT_KEY) if isinstance(metadata, dict) else None
     return Run(
         call_id=state.call_id,
         flow=m.get("flow", ""),
         status=m.get("status", ""),
         input=json.loads(m.get("input") or "{}"),
-        metadata=json.loads(m.get("metadata") or "{}"),
+        metadata=metadata,
         output=json.loads(m["output"]) if "output" in m else None,
         error=m.get("error", ""),
         created_at=_at(m.get("created_at")),
         finished_at=_at(m.get("finished_at")),
         steps=steps,
+        version=int(m["version"]) if m.get("version", "").isdigit() else 1,
+        parent=parent if isinstance(parent, str) else "",
+        children=_children(state.status),
     )
 
 

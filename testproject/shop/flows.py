@@ -214,3 +214,6 @@ class WaitThenNap(Flow[Wait]):
         value, received = ctx.wait_for_signal("go", timeout=input.timeout)
         ctx.sleep("after", 0.3)
         return {"value": value, "received": received}
+
+
+from testproject.shop import people as people  # noqa: E402  (issue 17's flows: discovered here)

@@ -11,6 +11,7 @@
 -- ARGV[3]  input (JSON)
 -- ARGV[4]  metadata (JSON)
 -- ARGV[5]  lifetime of the idempotency key in milliseconds (used only with KEYS[5])
+-- ARGV[6]  the version of the flow's code starting it (Flow.version; "1" if absent)
 -- Returns  {"ok", call}         recorded
 --          {"exists", status}   this call id is already recorded (a replayed or repeated
 --                               start): nothing changed
@@ -37,7 +38,7 @@ if status then
 end
 local now = clock()
 redis.call('HSET', KEYS[1], 'flow', ARGV[2], 'input', ARGV[3], 'metadata', ARGV[4],
-  'status', 'running', 'epoch', 0, 'created_at', tostring(now))
+  'status', 'running', 'epoch', 0, 'created_at', tostring(now), 'version', ARGV[6] or '1')
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 if KEYS[5] then

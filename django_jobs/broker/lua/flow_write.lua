@@ -10,8 +10,8 @@
 --          run is suspended until its next event), "finish" (end the run: release, and keep
 --          the call's keys for ARGV[3] seconds)
 -- ARGV[3]  lease in milliseconds ("keep") or retention in seconds ("finish")
--- ARGV[4]  a meta field whose presence refuses the write ("signaled"), or "": a wait that
---          suspends, or times out, checks the signal it waits for in the same script
+-- ARGV[4]  meta fields (one per line) whose presence refuses the write ("signaled"), or "": a
+--          wait (or first_of) that suspends, or times out, checks its signals in the script
 -- ARGV[5]  how many status field/value pairs follow (then the meta field/value pairs)
 -- Returns  "ok"; "lost" when the lease is not this epoch's (expired, taken over): nothing
 --          written; "canceled" when cancel() was asked (except for "finish"): nothing written;
@@ -28,8 +28,10 @@ local mode = ARGV[2]
 if mode ~= 'finish' and redis.call('HEXISTS', KEYS[1], 'cancel') == 1 then
   return 'canceled'
 end
-if ARGV[4] ~= '' and redis.call('HEXISTS', KEYS[1], ARGV[4]) == 1 then
-  return 'signaled'
+for unless in string.gmatch(ARGV[4], '[^\n]+') do
+  if redis.call('HEXISTS', KEYS[1], unless) == 1 then
+    return 'signaled'
+  end
 end
 local n = tonumber(ARGV[5])
 local first_meta = 6 + 2 * n

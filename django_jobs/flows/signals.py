@@ -1,0 +1,45 @@
+"""`Signal[T]`: a signal declared on a flow class, so that mypy checks the value sent and the
+value waited for.
+
+    class CloseOrder(Flow[CloseOrderInput, Receipt]):
+        approved = Signal[bool]("approved")
+
+        def run(self, ctx, input):
+            value, received = ctx.wait_for_signal(self.approved)   # value: bool | None
+            ...
+
+    CloseOrder.send_signal(call_id, CloseOrder.approved, True)      # mypy: a bool
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from django_jobs.flows.errors import FlowError
+
+T = TypeVar("T")
+
+
+class Signal(Generic[T]):
+    """A signal's name with the type of its value (which must survive JSON, as any signal's)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name or "\n" in name:
+            raise FlowError(f"a signal name must be a non-empty str on one line, got {name!r}")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Signal({self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Signal) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def signal_name(signal: Signal[Any] | str) -> str:
+    """The name of a signal given as a Signal or as its name."""
+    return signal.name if isinstance(signal, Signal) else signal
