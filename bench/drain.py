@@ -1,6 +1,6 @@
 """Drain throughput and idle pickup latency of a real `manage.py runworker`, with its Redis cost.
 
-    .venv/bin/python -m bench.drain [--quick] [--redis-url URL]
+    .venv/bin/python -m bench.drain [--quick] [--redis-url URL] [--against TREE [--repeat K]]
 
 For each concurrency (2, 4, 10), one worker process serves the default queue:
 
@@ -17,6 +17,12 @@ inside Lua scripts included) over the drain, less the enqueue's own commands (me
 worker runs) and this script's polling: what the worker spends per job, background loops
 included. By default a private redis-server is started, so no other client skews the counts.
 Only the keys of our own namespace are deleted; a server we started is then stopped.
+
+A/B: `--against TREE` (another checkout: `git worktree add /tmp/base REV`) runs each round K
+times (`--repeat`, 3) for both trees, interleaved (this tree, that tree, then the other way
+round), on the same Redis with the same enqueue, so that a machine that drifts affects both
+alike. It prints each tree's rows and, per concurrency, this tree's jobs/s over that tree's:
+the ratio of each interleaved pair and their median, and both cmds/job.
 """
 
 from __future__ import annotations
@@ -83,12 +89,15 @@ def wait_for(
         time.sleep(POLL)
 
 
-def start_worker(concurrency: int, env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_worker(
+    concurrency: int, env: dict[str, str], log: Path, root: Path = ROOT
+) -> subprocess.Popen[bytes]:
+    """`runworker` of the tree at root (its manage.py puts that tree first on sys.path)."""
     args = ["runworker", "--concurrency", str(concurrency), "--queues", QUEUE]
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [sys.executable, str(root / "manage.py"), *args],
+            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
 
 
@@ -104,7 +113,13 @@ def stop_worker(worker: subprocess.Popen[bytes]) -> int | None:
 
 
 def one_round(
-    concurrency: int, count: int, pickups: int, probe: redis.Redis, enqueue_cmds: float, tmp: Path
+    concurrency: int,
+    count: int,
+    pickups: int,
+    probe: redis.Redis,
+    enqueue_cmds: float,
+    tmp: Path,
+    root: Path = ROOT,
 ) -> Row:
     from django_jobs.client import get_broker
     from django_jobs.keys import today, workers
@@ -113,7 +128,7 @@ def one_round(
     broker = get_broker()
     namespace, k = broker.settings.namespace, broker.keys(QUEUE)
     log = tmp / f"worker-{concurrency}.log"
-    worker = start_worker(concurrency, {**os.environ, "PYTHONUNBUFFERED": "1"}, log)
+    worker = start_worker(concurrency, {**os.environ, "PYTHONUNBUFFERED": "1"}, log, root)
     try:
         member = f":{worker.pid}:"  # worker ids are host:pid:random
         wait_for(
@@ -177,15 +192,25 @@ def one_round(
     )  # fmt: skip
 
 
-def bench(url: str, where: str, count: int, pickups: int, tmp: Path) -> bool:
-    """Run every round and print the table; return whether every worker exited 0."""
+def bench(
+    url: str,
+    where: str,
+    count: int,
+    pickups: int,
+    tmp: Path,
+    against: Path | None = None,
+    repeat: int = 1,
+) -> bool:
+    """Run every round (interleaved with the tree `against`, `repeat` times each) and print the
+    tables; return whether every worker exited 0."""
     from django_jobs.client import get_broker
     from testproject.probes.jobs import Noop, Number  # after django.setup(), or misnamed
 
     broker = get_broker()
     namespace = broker.settings.namespace
     probe = redis.Redis.from_url(url, decode_responses=True)
-    rows: list[Row] = []
+    trees = [ROOT] if against is None else [ROOT, against]
+    rows: dict[Path, list[Row]] = {tree: [] for tree in trees}
     deleted = 0
     try:
         for script in broker.scripts.values():  # nobody pays for a NOSCRIPT reload
@@ -194,15 +219,33 @@ def bench(url: str, where: str, count: int, pickups: int, tmp: Path) -> bool:
         Noop.enqueue_many(Number(n) for n in range(count))
         enqueue_cmds = calls_since(probe, before) / count
         deleted = delete_namespace(probe, namespace)
-        for concurrency in CONCURRENCIES:  # each round starts from an empty namespace
-            rows.append(one_round(concurrency, count, pickups, probe, enqueue_cmds, tmp))
-            deleted += delete_namespace(probe, namespace)
+        turn = 0
+        for _ in range(repeat):
+            for concurrency in CONCURRENCIES:  # each round starts from an empty namespace
+                for tree in trees if turn % 2 == 0 else trees[::-1]:
+                    row = one_round(concurrency, count, pickups, probe, enqueue_cmds, tmp, tree)
+                    rows[tree].append(row)
+                    deleted += delete_namespace(probe, namespace)
+                turn += 1
     finally:
         deleted += delete_namespace(probe, namespace)
 
     print(f"django-jobs drain benchmark: N={count}, M={pickups}, {where}, namespace {namespace}")
     print(versions(probe))
-    print()
+    for tree in trees:
+        print(f"\n{tree}:" if against is not None else "")
+        _table(rows[tree], count)
+    print(f"\n(cmds/job leaves out enqueue_many's own {enqueue_cmds:.2f} commands/job)")
+    if against is not None:
+        _ratios(rows[ROOT], rows[against], count, against)
+    for r in rows[ROOT][: len(CONCURRENCIES)]:
+        print(f"\nworker log, concurrency {r.concurrency}: slowest task {r.slowest_task:.3f}s;")
+        print("\n".join(f"  {line}" for line in r.other_log_lines[:20]))
+    print(f"\n(deleted {deleted} keys of namespace {namespace})")
+    return all(r.exit_code == 0 for tree in trees for r in rows[tree])
+
+
+def _table(rows: list[Row], count: int) -> None:
     head = ("concurrency", "drain s", "jobs/s", "cmds/job", "pickup p50 ms", "p95 ms", "p99 ms",
             "idle cmds/s", "exit")  # fmt: skip
     print(
@@ -215,12 +258,22 @@ def bench(url: str, where: str, count: int, pickups: int, tmp: Path) -> bool:
             f"{r.concurrency:>11}{r.seconds:>9.2f}{count / r.seconds:>8.0f}{r.cmds_per_job:>10.2f}"
             f"{p50:>15.1f}{p95:>8.1f}{p99:>8.1f}{r.idle_cmds_per_s:>13.1f}{r.exit_code!s:>6}"
         )
-    print(f"\n(cmds/job leaves out enqueue_many's own {enqueue_cmds:.2f} commands/job)")
-    for r in rows:
-        print(f"\nworker log, concurrency {r.concurrency}: slowest task {r.slowest_task:.3f}s;")
-        print("\n".join(f"  {line}" for line in r.other_log_lines[:20]))
-    print(f"\n(deleted {deleted} keys of namespace {namespace})")
-    return all(r.exit_code == 0 for r in rows)
+
+
+def _ratios(ours: list[Row], theirs: list[Row], count: int, against: Path) -> None:
+    """Per concurrency: our jobs/s over theirs for each interleaved pair, and the median."""
+    print(f"\nA/B: this tree ({ROOT}) over {against}, jobs/s of each interleaved pair:")
+    for concurrency in CONCURRENCIES:
+        pairs = [(a, b) for a, b in zip(ours, theirs, strict=True) if a.concurrency == concurrency]
+        ratios = [b.seconds / a.seconds for a, b in pairs]  # same count: a time ratio
+        cmds = (statistics.mean(a.cmds_per_job for a, _ in pairs),
+                statistics.mean(b.cmds_per_job for _, b in pairs))  # fmt: skip
+        print(
+            f"  concurrency {concurrency:>2}: "
+            + ", ".join(f"{count / a.seconds:.0f}/{count / b.seconds:.0f}" for a, b in pairs)
+            + f"; ratios {', '.join(f'{r:.2f}' for r in ratios)};"
+            + f" median {statistics.median(ratios):.2f}; cmds/job {cmds[0]:.2f} vs {cmds[1]:.2f}"
+        )
 
 
 def main() -> None:
@@ -234,7 +287,18 @@ def main() -> None:
         "--redis-url",
         help=f"an existing Redis (default: a private redis-server, else {DEFAULT_URL})",
     )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        metavar="TREE",
+        help="A/B: another checkout whose worker runs each round too, interleaved with ours",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=3, metavar="K", help="with --against: rounds per tree (3)"
+    )
     args = parser.parse_args()
+    if args.against is not None and not (args.against / "manage.py").is_file():
+        parser.error(f"--against {args.against}: no manage.py there (a checkout of this repo?)")
     count, pickups = (2000, 50) if args.quick else (20_000, 200)
 
     with bench_redis(args.redis_url, None) as (url, where), tempfile.TemporaryDirectory() as tmp:
@@ -248,7 +312,8 @@ def main() -> None:
         import django
 
         django.setup()
-        ok = bench(url, where, count, pickups, Path(tmp))
+        repeat = args.repeat if args.against is not None else 1
+        ok = bench(url, where, count, pickups, Path(tmp), args.against, repeat)
     if not ok:
         sys.exit("a worker did not exit 0 on SIGTERM")
 
