@@ -60,17 +60,15 @@ def _message(raw: bytes | None) -> tuple[Message | None, str | None]:
 #: The fields of a task record a listing reads (no traceback; the error as much as a row shows)
 #: and a task's page reads, with the most bytes read of each: a longer value (a record written
 #: by hand) is cut in Redis, so that no page moves more than a few hundred KB out of Redis. The
-#: message's limit grows with MAX_PAYLOAD_BYTES (InspectCalls._limit).
-_TIMES = ("enqueued_at", "started_at", "next_at", "failed_at", "died_at", "completed_at")
-ROW: tuple[tuple[str, int], ...] = (
-    ("state", 64),
-    ("msg", 256 * 1024),
-    ("attempts", 32),
-    ("crashes", 32),
-    *((name, 64) for name in _TIMES),
-    ("error", 500),
-)
-FULL = (*ROW[:-1], ("error", 64 * 1024), ("traceback", 256 * 1024))
+#: small fields are read in one HMGET, each large one measured first; the message's limit grows
+#: with MAX_PAYLOAD_BYTES (InspectCalls._limit).
+SMALL = ("state", "attempts", "crashes", "enqueued_at", "started_at", "next_at", "failed_at",
+         "died_at", "completed_at")  # fmt: skip
+SMALL_LIMIT = 64
+ROW: tuple[tuple[str, int], ...] = (("msg", 256 * 1024), ("error", 500))
+FULL = (("msg", 256 * 1024), ("error", 64 * 1024), ("traceback", 256 * 1024))
+#: Records read per script call: Redis runs a script whole, and other clients wait meanwhile.
+READ_BATCH = 100
 
 
 def _fields(
@@ -245,22 +243,22 @@ class InspectCalls(ScriptCalls):
         if not ids:
             return []
         k = self.keys(queue)
-        limits = [(name, self._limit(name, limit)) for name, limit in view]
-        args: list[Any] = [budget if budget is not None else 2**62]
-        for name, limit in limits:
-            args += [name, limit]
-        command = ("EVALSHA", self.scripts["read_fields"].sha, len(ids),
-                   *(k.task(task_id) for task_id in ids), *args)  # fmt: skip
-        (reply,) = self._read([command])
-        if isinstance(reply, NoScriptError):
-            with self.unavailable(writes=False):
-                self.client.script_load(self.scripts["read_fields"].script)
-            (reply,) = self._read([command])
-        if isinstance(reply, ResponseError):
-            with self.unavailable(writes=False):
-                raise reply
+        large = [(name, self._limit(name, limit)) for name, limit in view]
+        limits = [*((name, SMALL_LIMIT) for name in SMALL), *large]
+        head = [SMALL_LIMIT, len(SMALL), *SMALL, *(x for pair in large for x in pair)]
+        left = budget if budget is not None else 2**62
+        reply: list[Any] = []
+        for start in range(0, len(ids), READ_BATCH):
+            if reply and left <= 0:
+                break
+            batch = [k.task(task_id) for task_id in ids[start : start + READ_BATCH]]
+            rows = self._script_read("read_fields", batch, [max(left, 0), *head])
+            reply += rows
+            left -= sum(len(v) for row in rows if isinstance(row, list) for v in row[1::2])
+            if len(rows) < len(batch):  # the script spent the budget
+                break
         infos: list[TaskInfo | None] = []
-        for task_id, row in zip(ids, reply, strict=False):
+        for task_id, row in zip(ids, reply, strict=False):  # fewer replies: the budget is spent
             if isinstance(row, bytes):
                 # A record key holding something else (written by hand): list the task with
                 # what is wrong instead of failing the whole page.
@@ -276,6 +274,19 @@ class InspectCalls(ScriptCalls):
             else:  # no such key
                 infos.append(_task_info(queue, task_id, {}, listed) if listed else None)
         return infos
+
+    def _script_read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+        """A read-only script's reply as bytes, in one round trip (two if Redis forgot it)."""
+        command = ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
+        (reply,) = self._read([command])
+        if isinstance(reply, NoScriptError):
+            with self.unavailable(writes=False):
+                self.client.script_load(self.scripts[name].script)
+            (reply,) = self._read([command])
+        if isinstance(reply, ResponseError):
+            with self.unavailable(writes=False):
+                raise reply
+        return list(reply)
 
     def _limit(self, name: str, limit: int) -> int:
         """The limit of a field; the message's follows the largest payload accepted."""

@@ -6,13 +6,19 @@
 -- KEYS      the task records (<ns>:{<q>}:t:<id>), of one queue
 -- ARGV[1]   the budget: no key is read after the values returned reach this many bytes (the
 --           first key is always read, so that a caller always moves on)
--- ARGV[2..] pairs of a field name and the longest value returned of it, in bytes
+-- ARGV[2]   the longest value returned of a small field, in bytes
+-- ARGV[3]   n, how many small fields follow (read in one HMGET: the state, counters, times)
+-- ARGV[4..3+n]  the small fields
+-- ARGV[4+n..]   pairs of a large field (the message, the error) and the longest value returned
+--           of it, in bytes: measured (HSTRLEN) before it is read
 -- Returns   per key read, in order (fewer than KEYS when the budget ran out): 0 when the key
 --           does not exist; its type (a string) when it is not a hash; else a list holding,
---           per field, its length in bytes and its value cut to its limit ('' when absent).
---           Fields over their limit are measured (HSTRLEN) before they are read, and only
---           their first bytes leave Redis.
+--           per field (the small ones first), its length in bytes and its value cut to its
+--           limit ('' when absent). Only the first bytes of a cut value leave Redis.
 local budget = tonumber(ARGV[1])
+local small_limit = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
+local small = {unpack(ARGV, 4, 3 + n)}
 local spent = 0
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -26,7 +32,15 @@ for i, key in ipairs(KEYS) do
     out[i] = kind
   else
     local row = {}
-    for j = 2, #ARGV, 2 do
+    local values = redis.call('HMGET', key, unpack(small))
+    for j = 1, n do
+      local value = values[j] or ''
+      row[#row + 1] = #value
+      value = string.sub(value, 1, small_limit)
+      row[#row + 1] = value
+      spent = spent + #value
+    end
+    for j = 4 + n, #ARGV, 2 do
       local field, limit = ARGV[j], tonumber(ARGV[j + 1])
       local size = redis.call('HSTRLEN', key, field)
       local value = ''
