@@ -19,7 +19,7 @@ from django_jobs.conf import to_seconds
 from django_jobs.exceptions import LeaseLost
 from django_jobs.flows.errors import Canceled, FlowError, ReplayLost, StepFailed, Suspend
 from django_jobs.flows.history import History
-from django_jobs.flows.signals import Signal, signal_name
+from django_jobs.flows.signals import Signal, SignalOf, signal_name
 from django_jobs.flows.steps import Backoff, call_with_timeout, delay_after, refuse_non_json
 from django_jobs.message import JobContext
 
@@ -272,7 +272,7 @@ class Context:
 
     @overload
     def wait_for_signal(
-        self, name: Signal[T], timeout: timedelta | float | None = None
+        self, name: SignalOf[T], timeout: timedelta | float | None = None
     ) -> tuple[T | None, bool]: ...
 
     @overload
@@ -281,12 +281,12 @@ class Context:
     ) -> tuple[Any, bool]: ...
 
     def wait_for_signal(
-        self, name: str | Signal[Any], timeout: timedelta | float | None = None
+        self, name: str | SignalOf[Any], timeout: timedelta | float | None = None
     ) -> tuple[Any, bool]:
         """Wait for the signal `name` (send_signal; a str, or a Signal declared on the flow,
         typing the value); return (value, True), or (None, False) once `timeout` has passed
         without it. A signal sent before the wait is kept for it."""
-        name = signal_name(name)
+        name = name if isinstance(name, str) else name.name
         self._name(name, "wait")
         return self._wait(name, timeout)
 

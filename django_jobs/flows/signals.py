@@ -13,11 +13,12 @@ value waited for.
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from django_jobs.flows.errors import FlowError
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 
 
 class Signal(Generic[T]):
@@ -38,6 +39,20 @@ class Signal(Generic[T]):
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+    def _value(self) -> T:  # for type checkers only (SignalOf): never called
+        raise NotImplementedError
+
+
+class SignalOf(Protocol[T_co]):
+    """A Signal seen by what receives its value (ctx.wait_for_signal): covariant, so that mypy
+    infers `value, received = ctx.wait_for_signal(Flow.approved)` as `bool | None` (an
+    invariant Signal[T] there meets a mypy inference quirk with tuple unpacking)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def _value(self) -> T_co: ...
 
 
 def signal_name(signal: Signal[Any] | str) -> str:

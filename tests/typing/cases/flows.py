@@ -4,7 +4,7 @@
 from dataclasses import dataclass
 from typing import Any
 
-from django_jobs.flows import Context, Flow, get_run, send_signal
+from django_jobs.flows import Context, Flow, Signal, get_run, send_signal
 
 
 @dataclass
@@ -34,3 +34,37 @@ run = get_run(call_id)
 CloseOrder.start(Other(order_id=1))  # E: incompatible type "Other"
 CloseOrder.start(CloseOrderInput(order=1))  # E: Unexpected keyword argument "order"
 CloseOrder.start(CloseOrderInput(order_id=1), call_id=3)  # E: incompatible type "int"
+
+
+@dataclass
+class Receipt:
+    order_id: int
+    paid: bool
+
+
+class Pay(Flow[CloseOrderInput, Receipt]):
+    approved = Signal[bool]("approved")
+    note = Signal[str]("note")
+
+    def run(self, ctx: Context, input: CloseOrderInput) -> Receipt:
+        value, received = ctx.wait_for_signal(self.approved)
+        checked: bool | None = value
+        text, _ = ctx.wait_for_signal(self.note)
+        length: int = len(text or "")
+        return Receipt(input.order_id + length, bool(received and checked))
+
+
+pay_id = Pay.start(CloseOrderInput(order_id=2))
+Pay.send_signal(pay_id, Pay.approved, True)
+Pay.send_signal(pay_id, Pay.note, "late")
+send_signal(pay_id, Pay.approved, False)
+paid_run = Pay.get_run(pay_id)
+receipt: Receipt | None = paid_run.output if paid_run else None
+untyped = get_run(pay_id)
+loose: object = untyped.output if untyped else None
+Pay.start(Other(order_id=2))  # E: incompatible type "Other"
+Pay.send_signal(pay_id, Pay.approved, "yes")  # E: Cannot infer value of type parameter "T"
+Pay.send_signal(pay_id, Pay.note, 3)  # E: Cannot infer value of type parameter "T"
+wrong: str | None = paid_run.output if paid_run else None  # E: Incompatible types
+none_run = CloseOrder.get_run(call_id)
+nothing: None = none_run.output if none_run else None
