@@ -73,6 +73,9 @@ class RunDetailSerializer(RunSerializer):
     input = serializers.DictField()
     metadata = serializers.DictField()
     output = serializers.JSONField(allow_null=True, help_text="The output once succeeded.")
+    version = serializers.IntegerField(
+        help_text="The version of the flow's code the run was started under (Flow.version)."
+    )
     steps = StepSerializer(many=True)
     signals = SignalSerializer(many=True, help_text="The signals delivered to the run.")
     parent_call_id = serializers.CharField(

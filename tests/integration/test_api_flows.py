@@ -68,6 +68,7 @@ def test_run__in_full_and_unknown_is_404(api: APIClient) -> None:
     assert data["output"] == ["s0-done", "s1-done"]
     assert [s["name"] for s in data["steps"]] == ["s0", "s1"]
     assert data["parent_call_id"] == ""
+    assert data["version"] == 1
     assert data["children"] == []
     missing = api.get(f"{BASE}/no-such-call")
     assert missing.status_code == 404
