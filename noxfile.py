@@ -23,6 +23,7 @@ WORKER_PROCESS_TESTS = [
     "tests/acceptance/test_stale_runs.py",
     "tests/acceptance/test_schedules_workers.py",
     "tests/acceptance/test_flows_worker.py",
+    "tests/acceptance/test_flows_atomic_worker.py",
     "tests/acceptance/test_outbox_workers.py",
     "tests/acceptance/test_django_tasks_worker.py",
 ]
