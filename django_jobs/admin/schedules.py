@@ -51,10 +51,11 @@ class ScheduleAdmin(JobsAdmin):
     def routes(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
             *super().routes(),
-            ("<str:name>/", self.schedule_view, "change"),
-            ("<str:name>/run/", self.run_now, "run"),
-            ("<str:name>/pause/", self.pause, "pause"),
-            ("<str:name>/resume/", self.resume, "resume"),
+            # <path:>: a schedule's name may hold "/"; the actions first (see tasks.py).
+            ("<path:name>/run/", self.run_now, "run"),
+            ("<path:name>/pause/", self.pause, "pause"),
+            ("<path:name>/resume/", self.resume, "resume"),
+            ("<path:name>/", self.schedule_view, "change"),
         ]
 
     def changelist_view(

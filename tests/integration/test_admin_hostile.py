@@ -45,7 +45,7 @@ from tests.redis_state import snapshot
 pytestmark = pytest.mark.django_db
 
 SCRIPT = '<script>alert("x")</script>'
-#: Hostile text without a "/", for what becomes part of a URL (a schedule's name).
+#: Hostile text without a "/".
 IMG = "<img src=x onerror=alert(1)>"
 #: What must never reach a page unescaped.
 RAW = ("<script>alert", "<img src=x")
@@ -61,6 +61,7 @@ def insp(redis_ns: RedisNamespace, settings: Any) -> Inspector:
         **settings.JOBS,
         "SCHEDULE": {
             IMG: {"job": SyncAccounts.name, "every": 30, "queue": "low"},
+            SCRIPT: {"job": SyncAccounts.name, "every": 60},  # its name holds a "/"
             "sync": {"job": SyncAccounts.name, "every": 30, "payload": {"id": 7}},
         },
     }
@@ -119,6 +120,7 @@ def test_escaping__every_page_shows_hostile_text_escaped(
         (WORKERS, {}),
         (SCHEDULES, {}),
         (schedule_url(IMG), {}),
+        (schedule_url(SCRIPT), {}),
     ]
     for url, query in gets:
         response = client.get(url, query)
