@@ -82,11 +82,15 @@ atomic.after_commit = _kill_after_commit
 @dataclass
 class First:
     timeout: float | None = 0.05
+    #: A sleep after first_of: signals still arrive at a run that goes on.
+    then: float = 0.0
 
 
 class FirstOf(Flow[First]):
     def run(self, ctx: Context, input: First) -> Any:
         winner, value = ctx.first_of("pick", ["go", "stop"], timeout=input.timeout)
+        if input.then:
+            ctx.sleep("then", input.then)
         return {"winner": winner, "value": value}
 
 
