@@ -190,9 +190,7 @@ class Inspector:
             left = [task_id for task_id in ids if task_id not in found]
             if not left:
                 break
-            for task_id, info in zip(left, self.broker.task_infos(queue, left), strict=True):
-                if info is not None:
-                    found[task_id] = queue
+            found.update((info.id, queue) for info in self.broker.task_rows(queue, left, ""))
         return found
 
     def workers(self) -> list[WorkerInfo]:
@@ -284,7 +282,7 @@ class Inspector:
         # The task may move between this read and the script (a worker took it, the forwarder
         # moved it); the script then answers MOVED and one more read catches up with it.
         for _ in range(2):
-            (task,) = self.broker.task_infos(queue, [task_id])
+            task = next(iter(self.broker.task_rows(queue, [task_id], "")), None)  # no traceback
             if task is None or task.state not in State.ALL:  # gone, not a hash, or no state
                 return self.broker.discard(queue, task_id)
             if task.state == State.ACTIVE:
@@ -343,7 +341,7 @@ class Inspector:
             raise ValueError("Running (active) tasks cannot be purged: they finish or time out.")
 
         def remove(ids: list[str]) -> tuple[int, int]:
-            tasks = self.broker.task_infos(queue, ids, state)
+            tasks = self.broker.task_rows(queue, ids, state)  # every id: listed
             replies = [
                 self.broker.delete(queue, task_id, state, self._idempotency_key(task))
                 for task_id, task in zip(ids, tasks, strict=True)

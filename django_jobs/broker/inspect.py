@@ -225,11 +225,11 @@ class InspectCalls(ScriptCalls):
         return self._infos(queue, ids, listed, FULL, budget=None)
 
     def task_rows(
-        self, queue: str, ids: Sequence[str], listed: str, *, budget: int
+        self, queue: str, ids: Sequence[str], listed: str, *, budget: int | None = None
     ) -> list[TaskInfo]:
-        """The tasks of ids, found in state `listed`, as a listing shows them (ROW: no traceback,
-        the error cut), in one round trip; no more records once about `budget` bytes are read,
-        so fewer than ids may come back (at least one)."""
+        """The tasks of ids, found in state `listed` ("": those that exist), as a listing shows
+        them (ROW: no traceback, the error cut), 100 a round trip; no more records once about
+        `budget` bytes are read, so fewer than ids may come back (at least one)."""
         return [info for info in self._infos(queue, ids, listed, ROW, budget) if info is not None]
 
     def _infos(

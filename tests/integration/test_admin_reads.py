@@ -222,3 +222,21 @@ def test_odd_entries__an_orphan_id_and_a_worker_key_of_another_type(
     assert orphan in listed.content.decode()
     assert deleted.status_code == 302
     assert redis.zrange("t:{default}:dead", 0, -1) == [good.encode()]
+
+
+@pytest.mark.parametrize("how", ["delete all dead", "delete ticked", "retry ticked"])
+def test_reads__bulk_actions_read_no_traceback(redis: Any, staff: Client, how: str) -> None:
+    ids = write_dead(redis, 100, TRACEBACK)
+    listing = f"{TASKS}?state=dead"  # every queue: the ticked tasks are located first
+    action = "retry_selected" if how == "retry ticked" else "delete_selected"
+    url, data = {
+        "delete all dead": (reverse("admin:django_jobs_queue_delete_all_dead", args=["default"]),
+                            {"post": "yes"}),
+    }.get(how, (listing, {"action": action, "_selected_action": ids, "post": "yes"}))  # fmt: skip
+
+    response, sent, seconds = cost(redis, lambda: staff.post(url, data))
+
+    report(f"admin {how} of 100", sent, seconds, response)
+    assert response.status_code == 302
+    assert redis.zcard("t:{default}:dead") == 0
+    assert sent < 100 * TRACEBACK / 20  # the tracebacks are not read (they were: 10 MB)
