@@ -21,7 +21,7 @@ from typing import Any
 from redis.client import NEVER_DECODE
 from redis.exceptions import NoScriptError, ResponseError
 
-from django_jobs.broker.connection import ScriptCalls
+from django_jobs.broker.connection import ScriptCalls, wrong_key
 from django_jobs.broker.info import (
     LISTS,
     QueueInfo,
@@ -173,7 +173,13 @@ class InspectCalls(ScriptCalls):
                          ("ZCARD", k.retry), ("ZCARD", k.dead), ("ZCARD", k.completed),
                          ("EXISTS", k.paused), ("GET", k.processed(day)),
                          ("GET", k.failed(day))]  # fmt: skip
-        replies = self._read(commands, errors=False)
+        replies = self._read(commands)
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, ResponseError):  # a structure of ours holding another type
+                verb, key = command
+                (kind,) = self._read([("TYPE", key)])
+                expected = {"ZCARD": "sorted set", "LLEN": "list"}.get(verb, "string")
+                raise wrong_key(key, bytes(kind).decode(errors="replace"), expected)
         infos = []
         for i, name in enumerate(names):
             row = replies[i * 9 : i * 9 + 9]  # nine replies per queue, in the order sent above

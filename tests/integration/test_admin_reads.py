@@ -7,6 +7,7 @@ The figures printed (`pytest -s`) are those of docs/admin.rst's "Security" secti
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Callable
 from typing import Any
@@ -240,3 +241,20 @@ def test_reads__bulk_actions_read_no_traceback(redis: Any, staff: Client, how: s
     assert response.status_code == 302
     assert redis.zcard("t:{default}:dead") == 0
     assert sent < 100 * TRACEBACK / 20  # the tracebacks are not read (they were: 10 MB)
+
+
+def test_odd_entries__a_structure_of_another_type_is_named_on_every_page(
+    redis: Any, staff: Client, api: APIClient
+) -> None:
+    write_dead(redis, 1, 0)
+    redis.set("t:{low}:retry", "written by hand")
+
+    pages = [staff.get(reverse("admin:django_jobs_queue_changelist")), staff.get(TASKS)]
+    answer = api.get(API)
+
+    for page in [*pages, answer]:
+        assert page.status_code == 503
+        said = html.unescape(page.content.decode()).replace('\\"', '"')
+        assert "'t:{low}:retry' is a string, not the sorted set" in said
+    redis.delete("t:{low}:retry")
+    assert staff.get(TASKS).status_code == 200

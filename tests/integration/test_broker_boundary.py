@@ -101,7 +101,7 @@ def test_queue_infos__a_wrong_typed_state_key_is_refused_by_name(
     broker = get_broker()
     redis_ns.client.set(broker.keys("default").dead, "x")
 
-    with pytest.raises(BrokerRefused, match="WRONGTYPE"):
+    with pytest.raises(BrokerRefused, match=r":\{default\}:dead' is a string, not the sorted set"):
         broker.queue_infos(["default"])
 
 
