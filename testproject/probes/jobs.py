@@ -231,3 +231,19 @@ class Tally(Job[Work]):
 
     def run(self, payload: Work) -> None:
         get_broker().client.hincrby(_key("tally"), payload.tag, 1)
+
+
+@dataclass(frozen=True)
+class Greeting:
+    to: str
+    times: int = 1
+
+
+class Greet(Job[Greeting]):
+    """The job of tests/fixtures/task_records_v1.json, records of an earlier release (under the
+    name they carry): each run is listed in probe:greeted."""
+
+    name = "upgrades.Greet"
+
+    def run(self, payload: Greeting) -> None:
+        get_broker().client.rpush(_key("greeted"), f"{payload.to}:{payload.times}")

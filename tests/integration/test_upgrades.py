@@ -1,20 +1,20 @@
 """A task record written by an earlier release is read by this one: the admin shows it, the API
-serves it, and the worker's processor runs it (run_burst, the code path of a worker's child).
+serves it, and the worker's processor runs it (run_burst, the code path of a worker's child; a real
+`runworker` in tests/acceptance/test_upgrade_worker.py).
 
 tests/fixtures/task_records_v1.json holds two records as release 0.1 (record version 1,
 message.VERSION) wrote them: the raw hash fields, `msg` being the encoded message, one pending
 as enqueue leaves it and one dead as a worker leaves it after a failure. The fixture is never
 regenerated: when the record format changes (a new VERSION, a new or renamed hash field), this
 test fails until the new release reads the old records too; add a fixture of the new format
-beside this one then.
+beside this one then. Its job is testproject.probes.jobs.Greet ("upgrades.Greet").
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -22,7 +22,6 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from django_jobs import Job
 from django_jobs.client import get_broker
 from django_jobs.keys import State
 from django_jobs.testing import run_burst
@@ -34,24 +33,12 @@ FIXTURE = Path(__file__).parent.parent / "fixtures" / "task_records_v1.json"
 API = "/api/v1/admin/jobs"
 
 
-@dataclass
-class Greeting:
-    to: str
-    times: int = 1
-
-
-class Greet(Job[Greeting]):
-    """The job of the fixture's records, under the name they carry."""
-
-    name = "upgrades.Greet"
-    ran: ClassVar[list[Greeting]] = []
-
-    def run(self, payload: Greeting) -> None:
-        self.ran.append(payload)
-
-
 @pytest.fixture
 def old(redis_ns: RedisNamespace) -> dict[str, Any]:
+    return write_old(redis_ns)
+
+
+def write_old(redis_ns: RedisNamespace) -> dict[str, Any]:
     """The fixture's records written into this test's namespace as an old release left them."""
     records: dict[str, Any] = json.loads(FIXTURE.read_text())["records"]
     k = get_broker().keys("default")
@@ -60,8 +47,14 @@ def old(redis_ns: RedisNamespace) -> dict[str, Any]:
     redis_ns.client.lpush(k.pending, records["pending"]["id"])
     dead = records["dead"]
     redis_ns.client.zadd(k.dead, {dead["id"]: float(dead["fields"]["died_at"])})
-    Greet.ran.clear()
     return records
+
+
+def greeted(redis_ns: RedisNamespace) -> list[str]:
+    """The runs of the fixture's job (testproject.probes.jobs.Greet): "to:times" each."""
+    return sorted(
+        g.decode() for g in redis_ns.client.lrange(f"{redis_ns.namespace}:probe:greeted", 0, -1)
+    )
 
 
 def test_fixture__is_the_record_format_of_version_1() -> None:
@@ -112,7 +105,7 @@ def test_upgrade__the_api_serves_old_records_and_retries_them(old: dict[str, Any
     assert retried.json()["state"] == State.PENDING
 
 
-def test_upgrade__a_worker_runs_old_records(old: dict[str, Any]) -> None:
+def test_upgrade__a_worker_runs_old_records(old: dict[str, Any], redis_ns: RedisNamespace) -> None:
     api = APIClient()
     api.force_authenticate(User.objects.create_superuser("root"))
     assert api.post(f"{API}/{old['dead']['id']}/retry").status_code == 200
@@ -120,9 +113,6 @@ def test_upgrade__a_worker_runs_old_records(old: dict[str, Any]) -> None:
     outcomes = run_burst(["default"])
 
     assert len(outcomes) == 2
-    assert sorted(Greet.ran, key=lambda g: g.to) == [
-        Greeting("ada@example.com", 2),
-        Greeting("bob@example.com", 1),
-    ]
+    assert greeted(redis_ns) == ["ada@example.com:2", "bob@example.com:1"]
     for record in old.values():
         assert get_broker().task_state("default", record["id"]) in (State.COMPLETED, None)
