@@ -16,6 +16,7 @@ from django_jobs.flows.context import Context
 from django_jobs.flows.engine import FlowEvent
 from django_jobs.flows.errors import FlowError, NonDeterministicFlow, StepFailed, UnknownFlow
 from django_jobs.flows.events import FlowEventPayload
+from django_jobs.flows.first import Winner
 from django_jobs.flows.runs import (
     STATUSES,
     Run,
@@ -42,6 +43,7 @@ __all__ = [
     "StepFailed",
     "StepInfo",
     "UnknownFlow",
+    "Winner",
     "cancel",
     "get_run",
     "list_runs",

@@ -123,7 +123,7 @@ class Flow(Generic[I, O]):
         that dataclass), or None if there is none or it is another flow's."""
         from django_jobs.flows.runs import get_run
 
-        run = get_run(call_id)
+        run: Run[Any] | None = get_run(call_id)
         if run is None or run.flow != cls.name:
             return None
         out_type = cls.output_type

@@ -18,6 +18,7 @@ from django_jobs.broker.flows import FlowStore, dumps
 from django_jobs.conf import to_seconds
 from django_jobs.exceptions import LeaseLost
 from django_jobs.flows.errors import Canceled, FlowError, ReplayLost, StepFailed, Suspend
+from django_jobs.flows.first import Winner
 from django_jobs.flows.history import History
 from django_jobs.flows.signals import Signal, SignalOf, signal_name
 from django_jobs.flows.steps import Backoff, call_with_timeout, delay_after, refuse_non_json
@@ -176,7 +177,12 @@ class Context:
         now = time.time()
         if state == "retrying" and rec.get("next_at", 0) > now:
             raise self.suspend({}, "sleeping", rec["next_at"])
-        if state == "running" and rec.get("epoch") != self.epoch:
+        committed = None
+        if atomic:
+            from django_jobs.flows.atomic import committed_value
+
+            committed = committed_value(self, name)
+        if committed is None and state == "running" and rec.get("epoch") != self.epoch:
             rec["crashes"] = rec.get("crashes", 0) + 1  # its replay's worker died in it
             budget = self.store.settings.max_crashes
             if rec["crashes"] >= budget:
@@ -184,11 +190,6 @@ class Context:
                            error=f"crashed its worker {rec['crashes']} times")  # fmt: skip
                 self.write(status={field: rec})
                 raise StepFailed(name, rec["error"])
-        committed = None
-        if atomic:
-            from django_jobs.flows.atomic import committed_value
-
-            committed = committed_value(self, name)
         if committed is None:
             rec.update(state="running", epoch=self.epoch, started_at=now,
                        attempts=rec.get("attempts", 0) + 1)  # fmt: skip
@@ -349,33 +350,27 @@ class Context:
         under (Flow.version then: 1 by default), so that it keeps its old path. The gate takes
         no position among the steps, and may be asked again anywhere in the run (the same
         answer). See docs/flows.rst, Versioning."""
-        if not isinstance(name, str) or not name:
-            raise FlowError(f"a version gate's name must be a non-empty str, got {name!r}")
-        if not isinstance(latest, int) or isinstance(latest, bool) or latest < 1:
-            raise FlowError(f"version {name!r}: latest must be an int, 1 or more: {latest!r}")
-        field = f"version:{name}"
-        rec = self._record(field)
-        if isinstance(rec.get("version"), int):
-            return int(rec["version"])
-        chosen = min(latest, self.run_version) if self.history.passed() else latest
-        now = time.time()
-        rec = {"state": "done", "version": chosen, "started_at": now, "finished_at": now}
-        self.write(status={field: rec})
-        return chosen
+        from django_jobs.flows.history import gate
+
+        return gate(self, name, latest)
 
     def first_of(
         self,
         name: str,
-        signals: Sequence[str | Signal[Any]],
+        *signals: str | Signal[Any] | Sequence[str | Signal[Any]],
         timeout: timedelta | float | None = None,
-    ) -> tuple[str | None, Any]:
-        """Wait for whichever comes first of several signals or the end of `timeout` (a
-        sleep): (the signal's name, its value), or (None, None) when the time came first.
-        Settled by one script: a signal that loses to the time is refused (send_signal answers
-        False), one that loses to another signal is kept. See first.py."""
+    ) -> Winner:
+        """Wait for whichever comes first of several signals (names or Signals, or one list of
+        them) or the end of `timeout` (a sleep): Winner(signal name, its value), or
+        Winner(None, None) when the time came first. Settled by one script: a signal that
+        comes after the winner (the time or another signal) is refused (send_signal answers
+        False). See first.py."""
         from django_jobs.flows.first import first_of
 
-        names = [signal_name(s) for s in signals]
+        names: list[str] = []
+        for item in signals:
+            items = [item] if isinstance(item, (str, Signal)) else list(item)
+            names += [signal_name(i) for i in items]
         self._name(name, "first")
         return first_of(self, name, names, timeout)
 

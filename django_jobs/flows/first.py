@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django_jobs.conf import to_seconds
 from django_jobs.flows.errors import FlowError, ReplayLost, Suspend
@@ -27,9 +27,21 @@ if TYPE_CHECKING:
     from django_jobs.flows.context import Context
 
 
+class Winner(NamedTuple):
+    """What first_of answers: the signal that came first and its value, or (None, None)."""
+
+    signal: str | None
+    value: Any
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the time came first."""
+        return self.signal is None
+
+
 def first_of(
     ctx: Context, name: str, signals: list[str], timeout: timedelta | float | None
-) -> tuple[str | None, Any]:
+) -> Winner:
     if not signals or len(set(signals)) != len(signals):
         raise FlowError(f"first_of {name!r}: give one or more signals, each once: {signals!r}")
     if any(not isinstance(s, str) or not s or "\n" in s for s in signals):
@@ -38,9 +50,9 @@ def first_of(
     rec = ctx._record(field)
     if rec.get("state") == "received":
         winner = str(rec["signal"])
-        return winner, json.loads(ctx._meta[f"sig:{winner}"])
+        return Winner(winner, json.loads(ctx._meta[f"sig:{winner}"]))
     if rec.get("state") == "timed_out":
-        return None, None
+        return Winner(None, None)
     now = time.time()
     if not rec:
         rec = {"state": "waiting", "started_at": now, "signals": signals}
@@ -58,13 +70,13 @@ def first_of(
         else:
             rec.update(state="timed_out", finished_at=now)
             if ctx.write(status={field: rec}, meta=awaits, unless_signal=unless) == "ok":
-                return None, None
+                return Winner(None, None)
         _reload(ctx, signals)  # one arrived meanwhile
     present = _present(ctx, signals)
     winner = min(present, key=lambda s: _arrival(ctx, s))
     rec.update(state="received", signal=winner, finished_at=time.time())
     ctx.write(status={field: rec}, meta=awaits)  # the winner sticks, whatever comes after
-    return winner, json.loads(ctx._meta[f"sig:{winner}"])
+    return Winner(winner, json.loads(ctx._meta[f"sig:{winner}"]))
 
 
 def _present(ctx: Context, signals: list[str]) -> list[str]:

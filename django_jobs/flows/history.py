@@ -11,8 +11,13 @@ Records written before positions existed (no `seq`) are not checked.
 from __future__ import annotations
 
 import json
+import time
+from typing import TYPE_CHECKING
 
-from django_jobs.flows.errors import NonDeterministicFlow
+from django_jobs.flows.errors import FlowError, NonDeterministicFlow
+
+if TYPE_CHECKING:
+    from django_jobs.flows.context import Context
 
 #: The kinds of status records that take a position (items of a parallel do not: their
 #: parallel does; nor do version gates).
@@ -66,3 +71,21 @@ class History:
         """Whether the run's history goes past the replay's current position (a gate met here
         for the first time was not in the code when the run went by)."""
         return any(seq >= self.next for seq in self.at)
+
+
+def gate(ctx: Context, name: str, latest: int) -> int:
+    """ctx.version(name, latest): the recorded answer, or the one recorded now (`latest`, or
+    the run's start version if its history went past this point without the gate)."""
+    if not isinstance(name, str) or not name:
+        raise FlowError(f"a version gate's name must be a non-empty str, got {name!r}")
+    if not isinstance(latest, int) or isinstance(latest, bool) or latest < 1:
+        raise FlowError(f"version {name!r}: latest must be an int, 1 or more: {latest!r}")
+    field = f"version:{name}"
+    rec = ctx._record(field)
+    if isinstance(rec.get("version"), int):
+        return int(rec["version"])
+    chosen = min(latest, ctx.run_version) if ctx.history.passed() else latest
+    now = time.time()
+    ctx.write(status={field: {"state": "done", "version": chosen, "started_at": now,
+                              "finished_at": now}})  # fmt: skip
+    return chosen

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, overload
 
 from typing_extensions import TypeVar
 
@@ -16,8 +16,12 @@ from django_jobs.flows.events import publish, store
 from django_jobs.flows.signals import Signal, signal_name
 from django_jobs.flows.steps import refuse_non_json
 
+if TYPE_CHECKING:
+    from django_jobs.flows.base import Flow
+
 #: The type of a run's output: Any for the module's get_run, the flow's for Flow.get_run.
 O = TypeVar("O", default=Any)  # noqa: E741
+T = TypeVar("T")
 #: The metadata key naming a run's parent call (written by ctx.start_child).
 PARENT_KEY = "parent_call_id"
 
@@ -198,8 +202,20 @@ def _run(state: CallState) -> Run:
     )
 
 
-def get_run(call_id: str) -> Run | None:
-    """The run of a call, or None if there is none (never started, or past its retention)."""
+@overload
+def get_run(call_id: str) -> Run[Any] | None: ...
+
+
+@overload
+def get_run(call_id: str, flow: type[Flow[Any, T]]) -> Run[T] | None: ...
+
+
+def get_run(call_id: str, flow: type[Flow[Any, Any]] | None = None) -> Run[Any] | None:
+    """The run of a call, or None if there is none (never started, or past its retention).
+    With its flow class, as `flow.get_run(call_id)`: the output typed, None for another
+    flow's call."""
+    if flow is not None:
+        return flow.get_run(call_id)
     (state,) = store().read([call_id])
     return None if state is None else _run(state)
 

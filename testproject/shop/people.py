@@ -87,11 +87,13 @@ class First:
 
 
 class FirstOf(Flow[First]):
+    stop = Signal[int]("stop")
+
     def run(self, ctx: Context, input: First) -> Any:
-        winner, value = ctx.first_of("pick", ["go", "stop"], timeout=input.timeout)
+        first = ctx.first_of("pick", "go", self.stop, timeout=input.timeout)
         if input.then:
             ctx.sleep("then", input.then)
-        return {"winner": winner, "value": value}
+        return {"winner": first.signal, "value": first.value, "timed_out": first.timed_out}
 
 
 @dataclass

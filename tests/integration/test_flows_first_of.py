@@ -68,7 +68,7 @@ def test_first_of__the_earliest_signal_wins_and_the_later_one_is_refused(
     drain()
     run = get_run(call)
     assert run is not None
-    assert run.output == {"winner": "stop", "value": 1}
+    assert run.output == {"winner": "stop", "value": 1, "timed_out": False}
 
 
 def test_first_of__signals_sent_before_it_is_reached_earliest_wins(
@@ -78,11 +78,11 @@ def test_first_of__signals_sent_before_it_is_reached_earliest_wins(
     assert send_signal(call, "go", "a") is True  # kept: the flow does not wait yet
     assert send_signal(call, "stop", "b") is True
     drain()
-    assert get_run(call).output == {"winner": "go", "value": "a"}  # type: ignore[union-attr]
+    assert get_run(call).output == {"winner": "go", "value": "a", "timed_out": False}  # type: ignore[union-attr]
 
 
 def test_first_of__the_time_first_refuses_the_late_signal(redis_ns: RedisNamespace) -> None:
     call = FirstOf.start(First(timeout=0.02))
     wait_until(lambda: drain() or get_run(call).status == "succeeded", timeout=10)  # type: ignore[union-attr]
-    assert get_run(call).output == {"winner": None, "value": None}  # type: ignore[union-attr]
+    assert get_run(call).output == {"winner": None, "value": None, "timed_out": True}  # type: ignore[union-attr]
     assert send_signal(call, "go", 1) is False

@@ -51,7 +51,9 @@ class Pay(Flow[CloseOrderInput, Receipt]):
         checked: bool | None = value
         text, _ = ctx.wait_for_signal(self.note)
         length: int = len(text or "")
-        return Receipt(input.order_id + length, bool(received and checked))
+        first = ctx.first_of("pick", self.approved, "other", timeout=3)
+        winner: str | None = first.signal
+        return Receipt(input.order_id + length + len(winner or ""), bool(received and checked))
 
 
 pay_id = Pay.start(CloseOrderInput(order_id=2))
@@ -66,5 +68,7 @@ Pay.start(Other(order_id=2))  # E: incompatible type "Other"
 Pay.send_signal(pay_id, Pay.approved, "yes")  # E: Cannot infer value of type parameter "T"
 Pay.send_signal(pay_id, Pay.note, 3)  # E: Cannot infer value of type parameter "T"
 wrong: str | None = paid_run.output if paid_run else None  # E: Incompatible types
+by_module = get_run(pay_id, Pay)
+receipt_too: Receipt | None = by_module.output if by_module else None
 none_run = CloseOrder.get_run(call_id)
 nothing: None = none_run.output if none_run else None
