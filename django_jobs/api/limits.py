@@ -14,18 +14,29 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings as django_settings
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 from rest_framework.views import APIView
 
+from django_jobs.api.serializers import ErrorSerializer
 from django_jobs.conf import get_settings
 
-__all__ = ["MAX_BODY", "JobsRateThrottle", "Limited", "TooLarge"]
+__all__ = ["MAX_BODY", "RESPONSES", "JobsRateThrottle", "Limited", "TooLarge"]
 
 #: Most bytes of a request body the API reads (a flow's signal value is the largest there is).
 MAX_BODY = 1024 * 1024
+
+
+#: The answers of these limits, in every endpoint's schema.
+RESPONSES = {
+    413: OpenApiResponse(ErrorSerializer, "The request body is larger than the API reads."),
+    429: OpenApiResponse(
+        ErrorSerializer, "Throttled (JOBS['API_THROTTLE_RATE']): retry after Retry-After seconds."
+    ),
+}
 
 
 class TooLarge(APIException):

@@ -96,6 +96,7 @@ COMMON: dict[int, Any] = {
     503: OpenApiResponse(
         UnavailableSerializer, "Jobs are disabled or misconfigured, or Redis did not answer."
     ),
+    **limits.RESPONSES,
 }
 BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR, "A malformed id or query parameter.")
 NOT_FOUND = OpenApiResponse(ErrorSerializer, "No such task (or queue).")

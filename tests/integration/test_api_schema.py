@@ -96,7 +96,7 @@ def test_schema__describes_every_operation(db: None) -> None:
     task = paths["/api/v1/admin/jobs/{task_id}"]["get"]
     (task_id,) = task["parameters"]
     assert task_id["schema"]["pattern"] == "^[0-9a-f]{32}$"
-    assert set(task["responses"]) == {"200", "400", "401", "403", "404", "503"}
+    assert set(task["responses"]) == {"200", "400", "401", "403", "404", "413", "429", "503"}
     assert set(paths["/api/v1/admin/jobs/{task_id}/retry"]["post"]["responses"]) >= {"409"}
     # Every operation can refuse a user without the jobs permission it needs.
     assert all("403" in op["responses"] for item in paths.values() for op in item.values())
@@ -109,10 +109,10 @@ def test_schema__describes_every_operation(db: None) -> None:
         "order",
     }
     schedule = paths["/api/v1/admin/jobs/schedules/{name}"]["get"]
-    assert set(schedule["responses"]) == {"200", "401", "403", "404", "503"}
+    assert set(schedule["responses"]) == {"200", "401", "403", "404", "413", "429", "503"}
     assert set(paths["/api/v1/admin/jobs/schedules"]["get"]["responses"]) >= {"200", "403"}
     flow = paths["/api/v1/admin/flows/{call_id}"]["get"]
-    assert set(flow["responses"]) == {"200", "400", "401", "403", "404", "503"}
+    assert set(flow["responses"]) == {"200", "400", "401", "403", "404", "413", "429", "503"}
     for action in ("cancel", "signal"):
         post = paths[f"/api/v1/admin/flows/{{call_id}}/{action}"]["post"]
         assert set(post["responses"]) >= {"200", "403", "404", "409", "503"}
