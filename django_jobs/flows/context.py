@@ -287,7 +287,7 @@ class Context:
         """Wait for the signal `name` (send_signal; a str, or a Signal declared on the flow,
         typing the value); return (value, True), or (None, False) once `timeout` has passed
         without it. A signal sent before the wait is kept for it."""
-        name = name if isinstance(name, str) else name.name
+        name = name if isinstance(name, str) else name.name  # "" is refused by _name
         self._name(name, "wait")
         return self._wait(name, timeout)
 

@@ -26,10 +26,16 @@ class Signal(Generic[T]):
 
     __slots__ = ("name",)
 
-    def __init__(self, name: str) -> None:
-        if not isinstance(name, str) or not name or "\n" in name:
+    def __init__(self, name: str | None = None) -> None:
+        """name: the signal's name; by default the attribute's it is declared as on a class
+        (`approved = Signal[bool]()` is the signal "approved")."""
+        if name is not None and (not isinstance(name, str) or not name or "\n" in name):
             raise FlowError(f"a signal name must be a non-empty str on one line, got {name!r}")
-        self.name = name
+        self.name = name or ""
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        if not self.name:
+            self.name = attribute
 
     def __repr__(self) -> str:
         return f"Signal({self.name!r})"
@@ -57,4 +63,8 @@ class SignalOf(Protocol[T_co]):
 
 def signal_name(signal: Signal[Any] | str) -> str:
     """The name of a signal given as a Signal or as its name."""
-    return signal.name if isinstance(signal, Signal) else signal
+    if isinstance(signal, Signal):
+        if not signal.name:
+            raise FlowError("a Signal() without a name must be declared on a class (its name)")
+        return signal.name
+    return signal

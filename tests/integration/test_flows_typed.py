@@ -39,3 +39,8 @@ def test_signal__names_are_checked() -> None:
         Signal[int]("")
     assert Signal[int]("a") == Signal[str]("a")
     assert repr(Approve.approved) == "Signal('approved')"
+
+    class Declared:
+        approved = Signal[bool]()
+
+    assert Declared.approved.name == "approved"
