@@ -56,6 +56,13 @@ PR_SET_PDEATHSIG = 1
 #: libc, loaded in the supervisor (before any fork) on Linux; None elsewhere.
 _LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
+try:
+    # The handler as installed, without signal.getsignal's conversion to the Handlers enum,
+    # which raises and catches a ValueError for every Python handler: 1 to 3 us, once per task.
+    from _signal import getsignal as _installed_handler  # type: ignore[import-not-found]
+except ImportError:  # not CPython
+    _installed_handler = signal.getsignal
+
 
 def set_parent_death_signal(signum: int) -> bool:
     """Have the kernel send signum to this process when the thread that forked it exits, which
@@ -216,7 +223,7 @@ class Child:
             if delivery.epoch != "1" and self._wait_for_stale_run(delivery):
                 # Its timeout starts now, with its alarm, not while it waited.
                 self.table.set(self.index, dataclasses.replace(running, started=time.monotonic()))
-        if signal.getsignal(signal.SIGALRM) is not self._alarm_handler:
+        if _installed_handler(signal.SIGALRM) is not self._alarm_handler:
             # A job replaced it and did not put it back: timeouts must still work.
             signal.signal(signal.SIGALRM, self._alarm_handler)
         self._timeout = timeout

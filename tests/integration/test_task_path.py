@@ -21,6 +21,7 @@ from django_jobs.worker.child import Child
 from django_jobs.worker.slots import SlotTable
 from testproject.probes.jobs import Noop, Number
 from tests.conftest import RedisNamespace
+from tests.integration.test_child_alarm import restored_signals  # noqa: F401 (a fixture)
 
 PACKAGE = os.sep + "django_jobs" + os.sep
 #: The plain-data layer of pyproject's layers: what every module reads, not a seam it crosses.
@@ -66,6 +67,7 @@ class TracedChild(Child):
         return super()._run(delivery)
 
 
+@pytest.mark.usefixtures("restored_signals")
 @pytest.mark.django_db(transaction=True)
 def test_task_path__enqueue_and_the_child_each_cross_at_most_8_modules(
     redis_ns: RedisNamespace, settings: Any
