@@ -2,7 +2,8 @@
 
 1. Find the flow class. Unknown here (a rolling deploy): publish the event again after
    JOBS["FLOW_UNKNOWN_DELAY"], and after JOBS["FLOW_UNKNOWN_GRACE"] let it go dead with
-   "unknown flow X: is this worker's code up to date?".
+   "unknown flow X: is this worker's code up to date?". So too for a run started by a newer
+   version of the flow (Flow.version) than this worker's, once its lease is taken (step 3).
 2. An event whose worker died under it is published afresh (the per-step crash count bounds a
    step that kills its worker; the event's own would strand the call after MAX_CRASHES), up
    to CRASH_LOOP times MAX_CRASHES in a row.
@@ -65,13 +66,7 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
     try:
         flow_cls = registry.get(payload.flow)
     except UnknownFlow as exc:
-        since = payload.unknown_since or time.time()
-        grace = s.settings.flow_unknown_grace
-        if time.time() - since >= grace:
-            raise Fail(f"{exc} (bounced for {grace:g}s)") from None
-        logger.warning("flow event for call %s put back: %s", payload.call_id, exc)
-        publish(payload.call_id, payload.flow, delay=s.settings.flow_unknown_delay,
-                unknown_since=since)  # fmt: skip
+        _bounce(payload, str(exc))
         return
     crash_loop = ""
     if event is not None and event.crashes:
@@ -96,7 +91,33 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
         if _finish(ctx, "failed", error=crash_loop):
             _hook(flow_cls().on_failure, ctx, StepFailed("(replay)", crash_loop))
         return
+    if ctx.run_version > flow_cls.version:  # a newer worker started it: a rolling deploy
+        try:
+            ctx.write("release", meta={"status": "running"})
+        except Canceled:
+            _finish(ctx, "canceled")
+            return
+        except ReplayLost:
+            return
+        _bounce(payload, (
+            f"call {ctx.call_id} was started by version {ctx.run_version} of flow "
+            f"{flow_cls.name}, this worker has version {flow_cls.version}: is its code up to date?"
+        ))  # fmt: skip
+        return
     run(flow_cls, ctx)
+
+
+def _bounce(payload: FlowEventPayload, why: str) -> None:
+    """Publish the event again after FLOW_UNKNOWN_DELAY, for a worker whose code is up to date
+    (a rolling deploy); after FLOW_UNKNOWN_GRACE, let it go dead saying why."""
+    settings = store().settings
+    since = payload.unknown_since or time.time()
+    grace = settings.flow_unknown_grace
+    if time.time() - since >= grace:
+        raise Fail(f"{why} (bounced for {grace:g}s)") from None
+    logger.warning("flow event for call %s put back: %s", payload.call_id, why)
+    publish(payload.call_id, payload.flow, delay=settings.flow_unknown_delay,
+            unknown_since=since)  # fmt: skip
 
 
 def run(flow_cls: type[Flow[Any, Any]], ctx: Context) -> None:

@@ -122,3 +122,22 @@ def test_a_violation_caught_by_the_flow_still_fails_the_run(redis_ns: RedisNames
     with pytest.raises(NonDeterministicFlow):  # every later record too
         ctx.step("other", record, call, "other")
     assert steps_run(redis_ns, call) == ["charge"]
+
+
+def test_a_run_of_a_newer_version_is_put_back_by_a_worker_of_an_older_one(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "FLOW_UNKNOWN_DELAY": 0.05}
+    gated, _ = new_classes(monkeypatch)
+    call = gated.start(Order(grace=0.05))  # started by a worker already on version 2
+    drain()  # this process still has version 1 under the name: the event goes back
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "running"
+    assert run.steps == []  # nothing ran on the old code
+    scheduled = f"{redis_ns.namespace}:{{{get_settings().flow_queues[0]}}}:scheduled"
+    assert redis_ns.client.zcard(scheduled) == 1
+
+    deploy(monkeypatch, gated)
+    finish(call)
+    assert get_run(call).output == "v2"  # type: ignore[union-attr]
