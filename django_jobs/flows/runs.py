@@ -135,6 +135,8 @@ class StepInfo:
     error: str = ""
     #: A sleep's wake time, a wait's deadline or a step's next run, if any.
     next_at: datetime | None = None
+    #: The signals a first_of waits for (kind "first"), else ().
+    signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ def _run(state: CallState) -> Run:
                 attempts=int(rec.get("attempts", 0)), started_at=_at(rec.get("started_at")),
                 finished_at=_at(rec.get("finished_at")), error=str(rec.get("error", "")),
                 next_at=_at(rec.get("next_at") or rec.get("wake_at") or rec.get("deadline")),
+                signals=tuple(str(x) for x in rec.get("signals") or ()) if kind == "first" else (),
             )
         )  # fmt: skip
     steps.sort(key=lambda s: (s.started_at or datetime.max.replace(tzinfo=UTC), s.name))

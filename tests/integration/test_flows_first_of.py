@@ -62,7 +62,10 @@ def test_first_of__the_earliest_signal_wins_and_the_later_one_is_refused(
 ) -> None:
     call = FirstOf.start(First(timeout=None))
     drain()
-    assert get_run(call).status == "waiting"  # type: ignore[union-attr]
+    waiting = get_run(call)
+    assert waiting is not None
+    assert waiting.status == "waiting"
+    assert waiting.step("pick").signals == ("go", "stop")  # type: ignore[union-attr]
     assert send_signal(call, "stop", 1) is True
     assert send_signal(call, "go", 2) is False  # its first_of has a winner already
     drain()
