@@ -1,13 +1,16 @@
 """Durable flows: multi-step work as one plain Python function, replayed on our own broker.
 
-    class CloseOrder(Flow[CloseOrderInput]):
+    class CloseOrder(Flow[CloseOrderInput, Closed]):
+        paid = Signal[int]("paid")
+
         def run(self, ctx, input):
-            order = ctx.step("create", create_order, input.cart_id)
+            order = ctx.step("create", create_order, input.cart_id, atomic=True)
             ctx.sleep("grace", timedelta(minutes=30))
-            paid, received = ctx.wait_for_signal("paid", timeout=timedelta(days=1))
+            amount, received = ctx.wait_for_signal(self.paid, timeout=timedelta(days=1))
             ...
 
 See docs/flows.rst: the replay model and its one rule (code outside steps is deterministic),
+typing, versioning (ctx.version, NonDeterministicFlow), atomic steps, first_of, child flows,
 storage, fencing, queues and namespaces.
 """
 
