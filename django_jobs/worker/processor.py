@@ -26,6 +26,7 @@ from django_jobs.execution import run_job
 from django_jobs.jobs import JobContext, registry
 from django_jobs.keys import State
 from django_jobs.message import DecodeError, decode, payload_from_json
+from django_jobs.metrics import hook
 from django_jobs.worker import policy
 from django_jobs.worker.policy import Attempt, Decision, Fate
 
@@ -119,6 +120,8 @@ class Processor:
             idempotency_key=message.idempotency_key,
             worker_id=self.worker_id,
         )
+        if hook.recorder is not None:
+            hook.recorder.started(message.job, delivery.queue, delivery.enqueued_at)
         started = time.monotonic()
         try:
             with self.guard(message.timeout, attempt):
@@ -170,6 +173,8 @@ def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) 
     expires and the recoverer puts it back.
     """
     d = decision
+    if d.crash and hook.recorder is not None:
+        hook.recorder.crashed(delivery.queue)
     if d.fate is Fate.REQUEUE:
         return broker.requeue(delivery, crash=d.crash, reason=d.error)
     if d.fate is Fate.RETRY:
@@ -198,6 +203,8 @@ def log_outcome(verdict: Verdict, written: bool) -> None:
     """Log one line for a run's outcome (the worker child's form of `outcome`: it builds
     nothing, once per task)."""
     v = verdict
+    if hook.recorder is not None:
+        hook.recorder.finished(v, written)
     if not written:
         logger.warning(
             "%s %s: outcome not written, the task was handed to another worker (lease lost)",

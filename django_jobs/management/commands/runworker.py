@@ -7,11 +7,13 @@ import logging
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobs.broker.redis import RedisBroker, connect
 from django_jobs.conf import JobsSettings, get_settings
 from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.metrics import worker as metrics_worker
 from django_jobs.worker import reloader
 from django_jobs.worker.banner import banner, redis_warnings
 from django_jobs.worker.child import WAIT
@@ -29,6 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--autoreload", action="store_true", help="restart on code change")
         parser.add_argument("--max-tasks-per-child", type=int, help="recycle children after N")
         parser.add_argument("--shutdown-timeout", type=float, help="seconds to finish on SIGTERM")
+        parser.add_argument(
+            "--metrics-port", type=int, help="serve Prometheus metrics on this port (0: any)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
@@ -83,9 +88,32 @@ class Command(BaseCommand):
             burst=options["burst"],
             shutdown_timeout=options["shutdown_timeout"],
         )
-        if options["autoreload"]:
-            sys.exit(reloader.run_watched(supervisor))
-        sys.exit(supervisor.run())
+        served = None
+        if options.get("metrics_port") is not None:
+            served = self.serve_metrics(supervisor, options["metrics_port"])
+        try:
+            if options["autoreload"]:
+                sys.exit(reloader.run_watched(supervisor))
+            sys.exit(supervisor.run())
+        finally:
+            if served is not None:
+                served.stop()
+
+    def serve_metrics(self, supervisor: Supervisor, port: int) -> metrics_worker.WorkerMetrics:
+        """Start the metrics endpoint before the children are forked (docs/metrics.rst)."""
+        table, size = supervisor.table, supervisor.concurrency
+
+        def busy() -> int:
+            return sum(table.get(i) is not None for i in range(size))
+
+        try:
+            served = metrics_worker.start(port, busy, size)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        except OSError as exc:
+            raise CommandError(f"--metrics-port {port}: cannot listen ({exc}).") from exc
+        self.stdout.write(f"Metrics on http://0.0.0.0:{served.port}/metrics")
+        return served
 
 
 def _log_to_stderr() -> None:
