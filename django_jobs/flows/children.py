@@ -26,15 +26,12 @@ from typing import TYPE_CHECKING, Any
 from django_jobs.flows.base import CALL_ID_RE
 from django_jobs.flows.errors import StepFailed
 from django_jobs.flows.events import start_call
-from django_jobs.flows.runs import PARENT_KEY
+from django_jobs.flows.runs import PARENT_KEY, PARENT_STEP_KEY
 from django_jobs.message import payload_from_json, payload_to_json
 
 if TYPE_CHECKING:
     from django_jobs.flows.base import Flow
     from django_jobs.flows.context import Context
-
-#: The metadata key naming the parent's step that waits for this child (awaited children).
-PARENT_STEP_KEY = "parent_step"
 
 
 def child_call_id(parent: str, name: str) -> str:

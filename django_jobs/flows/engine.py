@@ -30,7 +30,7 @@ from django_jobs.flows.base import Flow, registry
 from django_jobs.flows.context import Context
 from django_jobs.flows.errors import Canceled, ReplayLost, StepFailed, Suspend, UnknownFlow
 from django_jobs.flows.events import FLOW_EVENT, FlowEventPayload, publish, replaying, store
-from django_jobs.flows.runs import PARENT_KEY, cancel_children, notify_parent
+from django_jobs.flows.runs import PARENT_KEY, PARENT_STEP_KEY, cancel_children, notify_parent
 from django_jobs.jobs import Fail, Job
 from django_jobs.message import JobContext, payload_from_json
 
@@ -83,8 +83,16 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
         delay = min(max(acquired.pttl / 1000, BUSY_DELAY[0]), BUSY_DELAY[1])
         publish(payload.call_id, payload.flow, delay=delay)
         return
+    if acquired.kind == "finished":
+        # A duplicate or late event. The finish of a child whose worker died before it told
+        # its parent comes back here (the event is delivered again): tell it now (a signal
+        # sent twice is a duplicate, and still wakes a parent that waits).
+        (state,) = s.read([payload.call_id])
+        if state is not None and f'"{PARENT_STEP_KEY}"' in state.meta.get("metadata", ""):
+            notify_parent(state)
+        return
     if acquired.kind != "ok":
-        return  # finished (a duplicate or late event) or gone (past its retention)
+        return  # gone (past its retention)
     ctx = Context(s, payload.call_id, flow_cls.name, acquired.epoch, acquired.meta,
                   acquired.status, event)  # fmt: skip
     if crash_loop:

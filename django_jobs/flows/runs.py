@@ -24,6 +24,8 @@ O = TypeVar("O", default=Any)  # noqa: E741
 T = TypeVar("T")
 #: The metadata key naming a run's parent call (written by ctx.start_child).
 PARENT_KEY = "parent_call_id"
+#: The metadata key naming the parent's step that waits for this child (awaited children).
+PARENT_STEP_KEY = "parent_step"
 
 #: The statuses of a run, as get_run and list_runs report them.
 STATUSES = ("running", "sleeping", "waiting", "succeeded", "failed", "canceled")
@@ -105,7 +107,7 @@ def notify_parent(state: CallState) -> None:
         metadata = json.loads(state.meta.get("metadata") or "{}")
     except ValueError:
         return
-    parent, step = metadata.get(PARENT_KEY), metadata.get("parent_step")
+    parent, step = metadata.get(PARENT_KEY), metadata.get(PARENT_STEP_KEY)
     if not (isinstance(parent, str) and isinstance(step, str)):
         return
     status = state.meta.get("status", "")

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from django_jobs.conf import get_settings
 from django_jobs.flows import cancel, get_run
 from django_jobs.flows.details import get_run_detail
 from django_jobs.flows.events import publish
 from django_jobs.testing import run_burst
+from testproject.shop.flows import NapFlow
 from testproject.shop.people import Family, Parent
 from tests.conftest import RedisNamespace, wait_until
 
@@ -78,3 +81,20 @@ def test_children__a_child_canceled_alone_fails_its_awaiting_parent(
     run = get_run(parent)
     assert run is not None
     assert f"child {parent}.nap canceled" in run.error, run.error
+
+
+def test_children__a_finish_whose_worker_died_before_telling_the_parent_tells_it_later(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_jobs.flows import engine
+
+    parent = Parent.start(Family(nap=0.05))
+    wait_until(lambda: drain() or status(f"{parent}.nap") == "sleeping", timeout=10)
+    with monkeypatch.context() as patched:
+        patched.setattr(engine, "notify_parent", lambda state: None)  # its worker died there
+        wait_until(lambda: drain() or status(f"{parent}.nap") == "succeeded", timeout=10)
+        drain()
+        assert status(parent) == "waiting"
+
+    publish(f"{parent}.nap", NapFlow.name)  # the dead worker's event, delivered again
+    wait_until(lambda: drain() or status(parent) == "succeeded", timeout=10)
