@@ -122,8 +122,8 @@ class Inspector:
         self._schedules = ScheduleActions(broker)
 
     def _check_queue(self, queue: str) -> None:
-        if queue not in self.broker.settings.queues:
-            raise UnknownQueue(queue, self.broker.settings.queues)
+        if queue not in self.broker.settings.known_queues:
+            raise UnknownQueue(queue, self.broker.settings.known_queues)
 
     def _idempotency_key(self, task: TaskInfo | None) -> str | None:
         """The Redis key of the task's idempotency key, or None (none, undecodable, gone)."""
@@ -134,8 +134,11 @@ class Inspector:
     # -- reading ----------------------------------------------------------------------------
 
     def queues(self) -> list[QueueInfo]:
-        """Return every configured queue, in priority order, with its depths and counters."""
-        return self.broker.queue_infos(self.broker.settings.queues)
+        """Every configured queue in priority order, with its depths and counters; then the
+        flows' pair when it holds a task or is paused (a dead flow event must be seen)."""
+        settings = self.broker.settings
+        infos = self.broker.queue_infos(settings.known_queues)
+        return [i for i in infos if i.name in settings.queues or i.paused or i.holds_tasks]
 
     def tasks(
         self,
@@ -174,19 +177,18 @@ class Inspector:
         return info
 
     def find(self, task_id: str) -> TaskInfo | None:
-        """Return a task from whichever configured queue holds it, or None."""
-        for queue in self.broker.settings.queues:
+        """Return a task from whichever queue of ours holds it, or None."""
+        for queue in self.broker.settings.known_queues:
             info = self.task(queue, task_id)
             if info is not None:
                 return info
         return None
 
     def locate(self, ids: list[str]) -> dict[str, str]:
-        """The queue of each of ids found in a configured queue (ids in none are left out), in
-        one round trip per queue at most: what an action on tasks listed from every queue
-        needs."""
+        """The queue of each of ids found in a queue of ours (ids in none are left out), one
+        round trip per queue at most: what an action on tasks listed from every queue needs."""
         found: dict[str, str] = {}
-        for queue in self.broker.settings.queues:
+        for queue in self.broker.settings.known_queues:
             left = [task_id for task_id in ids if task_id not in found]
             if not left:
                 break

@@ -83,7 +83,7 @@ class ListQuery:
 
     @classmethod
     def from_request(cls, request: HttpRequest) -> ListQuery:
-        queues = get_settings().queues
+        queues = get_settings().known_queues
         get = request.GET
         queue = get.get("queue", "")
         state = get.get("state") or State.DEAD
@@ -102,7 +102,7 @@ class ListQuery:
     @property
     def queues(self) -> tuple[str, ...]:
         """The queues listed."""
-        return (self.queue,) if self.queue else get_settings().queues
+        return (self.queue,) if self.queue else get_settings().known_queues
 
     @property
     def paged(self) -> bool:

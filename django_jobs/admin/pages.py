@@ -117,7 +117,7 @@ class JobsAdmin(ModelAdmin):
 
     def check_queue(self, queue: str) -> None:
         """Answer 404 for a queue that is not in JOBS["QUEUES"]."""
-        if queue not in get_settings().queues:
+        if queue not in get_settings().known_queues:
             raise Http404(f"No queue named {queue!r} in JOBS['QUEUES'].")
 
     def render(

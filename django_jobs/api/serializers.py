@@ -50,7 +50,7 @@ class ListQuerySerializer(serializers.Serializer[dict[str, Any]]):
         super().__init__(*args, **kwargs)
         queue = self.fields["queue"]
         assert isinstance(queue, serializers.ChoiceField)
-        queue.choices = list(get_settings().queues)
+        queue.choices = list(get_settings().known_queues)
 
 
 class TaskListQuerySerializer(ListQuerySerializer):

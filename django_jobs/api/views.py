@@ -186,7 +186,7 @@ class _ListView(JobsAPIView):
         serializer = self.query_serializer(data=dict(request.query_params.items()))
         serializer.is_valid(raise_exception=True)
         query = serializer.validated_data
-        queues = (query["queue"],) if "queue" in query else get_settings().queues
+        queues = (query["queue"],) if "queue" in query else get_settings().known_queues
         try:
             offsets = listing.decode_cursor(query["cursor"], queues) if "cursor" in query else None
         except listing.InvalidCursor as exc:

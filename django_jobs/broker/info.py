@@ -35,6 +35,11 @@ class QueueInfo:
     #: Failed runs today (each retry and each death counts one).
     failed_today: int
 
+    @property
+    def holds_tasks(self) -> bool:
+        """Whether any task is in the queue, completed ones aside."""
+        return bool(self.scheduled or self.pending or self.active or self.retry or self.dead)
+
     def count(self, state: str) -> int:
         """Return the number of tasks in one state."""
         check_state(state)

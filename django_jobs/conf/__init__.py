@@ -111,6 +111,11 @@ class JobsSettings:
         return f"{self.flows_namespace}_critical", self.flows_namespace
 
     @property
+    def known_queues(self) -> tuple[str, ...]:
+        """Every queue a task of ours may be on: JOBS["QUEUES"], then the flows' pair."""
+        return (*self.queues, *self.flow_queues)
+
+    @property
     def served_queues(self) -> tuple[str, ...]:
         """What a worker serves by default, in strict priority order: the flows' critical
         queue, JOBS["QUEUES"], then the flows' start queue."""

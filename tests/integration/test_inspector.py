@@ -580,3 +580,18 @@ def test_list_tasks__stops_at_its_budget_and_goes_on_from_its_offsets(insp: Insp
     assert (first.items, first.scanned, first.next_offsets) == ([], 2, {"default": 2})
     assert [task.id for task in rest.items] == newest[2:]
     assert rest.next_offsets is None
+
+
+def test_queues__the_flows_pair_shows_when_it_holds_a_task(insp: Inspector) -> None:
+    """A dead flow event (an unknown flow past its grace, say) must be seen and acted on: the
+    flows' queues join the overview and the all-queues listing when they hold anything."""
+    assert [q.name for q in insp.queues()] == ["critical", "default", "low"]
+    ns = get_broker().settings.flows_namespace
+    handle = Fails.enqueue(Note("flow event"), queue=f"{ns}_critical")
+    run_burst([f"{ns}_critical"])
+
+    assert [q.name for q in insp.queues()] == ["critical", "default", "low", f"{ns}_critical"]
+    assert insp.find(handle.id) is not None
+    listing = insp.list_tasks("dead", get_broker().settings.known_queues)
+    assert [t.id for t in listing.items] == [handle.id]
+    assert insp.retry(f"{ns}_critical", handle.id)
