@@ -131,7 +131,7 @@ class WorkerMetrics:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def start(port: int, busy: Callable[[], int], total: int, addr: str = "") -> WorkerMetrics:
+def start(port: int, busy: Callable[[], int], total: int, addr: str = "0.0.0.0") -> WorkerMetrics:
     """Serve this worker's metrics on port (0: any free port) and install the recorder.
 
     Call it in the supervisor before forking children. Raises ImproperlyConfigured without
