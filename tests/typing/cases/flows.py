@@ -72,3 +72,10 @@ by_module = get_run(pay_id, Pay)
 receipt_too: Receipt | None = by_module.output if by_module else None
 none_run = CloseOrder.get_run(call_id)
 nothing: None = none_run.output if none_run else None
+
+
+class Parent(Flow[CloseOrderInput]):
+    def run(self, ctx: Context, input: CloseOrderInput) -> Any:
+        child_id: str = ctx.start_child(Pay, CloseOrderInput(order_id=1), wait=False)
+        ctx.start_child(Pay, Other(order_id=1))  # E: Cannot infer value of type parameter "I"
+        return child_id
