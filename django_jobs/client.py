@@ -27,6 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
+from django_jobs import tracing
 from django_jobs.backends import outbox as outbox_rows
 from django_jobs.backends.base import Backend, Submission
 from django_jobs.backends.inline import InlineBackend
@@ -201,8 +202,17 @@ def enqueue(
 
     on_commit None: JOBS["ENQUEUE_ON_COMMIT"] decides, for an enqueue inside atomic() on the
     database `using` (default: the default database). outbox None: JOBS["OUTBOX"] (or
-    `use_outbox()`) decides; see `enqueue_outboxed`.
+    `use_outbox()`) decides; see `enqueue_outboxed`. Traced: see django_jobs.tracing.
     """
+    if tracing.tracer is None:
+        return _enqueue(job, items, options, on_commit, using, outbox)
+    with tracing.enqueuing(job.name, len(items)):
+        return _enqueue(job, items, options, on_commit, using, outbox)
+
+
+def _enqueue(job: type[Job[Any]], items: Sequence[tuple[Any, str | None]], options: Options,
+             on_commit: bool | None, using: str | None, outbox: bool | None,
+             ) -> list[JobHandle]:  # fmt: skip
     settings = get_settings()
     resolved = resolve(job, options, settings)
     submissions = []
@@ -219,6 +229,7 @@ def enqueue(
             timeout=resolved.timeout,
             retention=resolved.retention,
             idempotency_key=key,
+            trace=None if tracing.tracer is None else tracing.carrier(),
         )
         encoded = encode(message)
         size = len(encoded.encode())

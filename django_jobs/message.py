@@ -17,7 +17,10 @@ from django_jobs.exceptions import InvalidPayload, JobsError
 
 #: The record version this release writes (`v` in the message). Records of earlier releases
 #: must stay readable: tests/integration/test_upgrades.py reads a fixture of version 1.
-VERSION = 1
+#: Version 2 adds `trace`; a record without one is still written as version 1, so that a worker
+#: of an earlier release reads it (a traced one it refuses, saying to run one release).
+VERSION = 2
+READS = (1, 2)
 
 
 class DecodeError(JobsError, ValueError):
@@ -36,6 +39,8 @@ class Message:
     timeout: float
     retention: float
     idempotency_key: str | None = None
+    #: The enqueue's trace context (W3C traceparent/tracestate), when tracing is on.
+    trace: dict[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +67,11 @@ class JobContext:
 def encode(message: Message) -> str:
     """Encode a message as compact JSON."""
     m = message
-    body = {"v": VERSION, "id": m.id, "job": m.job, "queue": m.queue, "payload": m.payload,
-            "max_attempts": m.max_attempts, "timeout": m.timeout, "retention": m.retention,
-            "idempotency_key": m.idempotency_key}  # fmt: skip
+    body = {"v": VERSION if m.trace else 1, "id": m.id, "job": m.job, "queue": m.queue,
+            "payload": m.payload, "max_attempts": m.max_attempts, "timeout": m.timeout,
+            "retention": m.retention, "idempotency_key": m.idempotency_key}  # fmt: skip
+    if m.trace:
+        body["trace"] = m.trace
     return _dumps(body)
 
 
@@ -82,9 +89,9 @@ def decode(raw: str | bytes) -> Message:
     if not isinstance(body, dict):
         raise DecodeError(f"the task record is a JSON {type(body).__name__}, not an object")
     version = body.pop("v", None)
-    if version != VERSION:
+    if version not in READS:
         raise DecodeError(
-            f"the task record has version {version!r}; this worker reads version {VERSION}: "
+            f"the task record has version {version!r}; this worker reads 1 to {VERSION}: "
             f"run the same django-jobs release on every worker"
         )
     try:
@@ -111,7 +118,9 @@ def _field_checks(m: Message) -> list[tuple[str, bool]]:
         ("timeout", _number(m.timeout) and m.timeout > 0),
         ("retention", _number(m.retention) and m.retention >= 0),
         ("idempotency_key", m.idempotency_key is None or isinstance(m.idempotency_key, str)),
-    ]
+        ("trace", m.trace is None or (isinstance(m.trace, dict)
+                                      and all(isinstance(v, str) for v in m.trace.values()))),
+    ]  # fmt: skip
 
 
 def payload_to_json(payload: object, payload_type: type[Any]) -> dict[str, Any]:

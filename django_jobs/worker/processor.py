@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+from django_jobs import tracing
 from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import UnknownJob
@@ -123,8 +124,12 @@ class Processor:
         if hook.recorder is not None:
             hook.recorder.started(message.job, delivery.queue, delivery.enqueued_at)
         started = time.monotonic()
+        traced = tracing.tracer is not None
         try:
-            with self.guard(message.timeout, attempt):
+            with self.guard(message.timeout, attempt), (
+                tracing.running(job.name, delivery.id, delivery.queue, number, message.trace)
+                if traced else nullcontext()
+            ):  # fmt: skip
                 ran = run_job(job, payload, context, hygiene=self.hygiene)
         except Exception as exc:
             decision = policy.failed(exc, attempt)

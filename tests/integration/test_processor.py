@@ -356,14 +356,14 @@ GOOD = raw_message("x", "tests.integration.test_processor.Greet", {"name": "ada"
         pytest.param({"state": "pending", "attempts": "0"}, MISSING, id="no_msg"),
         pytest.param({}, MISSING, id="no_record_at_all"),
         pytest.param(
-            {"msg": GOOD.replace('"v": 1', '"v": 2'), "state": "pending"},
-            "the task record has version 2; this worker reads version 1: run the same "
+            {"msg": GOOD.replace('"v": 1', '"v": 3'), "state": "pending"},
+            "the task record has version 3; this worker reads 1 to 2: run the same "
             "django-jobs release on every worker",
             id="newer_version",
         ),
         pytest.param(
             {"msg": GOOD.replace('"v": 1, ', ""), "state": "pending"},
-            "the task record has version None; this worker reads version 1: run the same "
+            "the task record has version None; this worker reads 1 to 2: run the same "
             "django-jobs release on every worker",
             id="no_version",
         ),
