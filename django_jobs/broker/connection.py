@@ -38,8 +38,10 @@ from redis.exceptions import (
 from redis.retry import Retry
 
 from django_jobs.broker import scripts
+from django_jobs.broker.topology import sentinel_client
 from django_jobs.conf import JobsSettings
 from django_jobs.conf.redact import redact as redact
+from django_jobs.conf.redis_url import SENTINEL_SCHEME, parse_sentinel_url
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
 from django_jobs.keys import QueueKeys
 
@@ -62,24 +64,28 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     error would show the password).
     """
     try:
-        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+        sentinel = parse_sentinel_url(url) if url.startswith(f"{SENTINEL_SCHEME}:") else None
+        if sentinel is None:
+            redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ImproperlyConfigured(
             f"JOBS['REDIS_URL'] cannot be parsed ({redact(url)}): {str(exc).split(' as ')[0]}. "
             "Percent-encode a password holding '/', '?', '#' or '@' (urllib.parse.quote)."
         ) from None
     half = timeout / 2
-    return redis.Redis.from_url(
-        url,
-        socket_connect_timeout=half,
-        socket_timeout=half + blocking,
-        retry=Retry(NoBackoff(), 1),
-        decode_responses=True,
+    options: dict[str, Any] = {
+        "socket_connect_timeout": half,
+        "socket_timeout": half + blocking,
+        "retry": Retry(NoBackoff(), 1),
+        "decode_responses": True,
         # No health checks: a new connection's first one pings with retries of its own, which
         # doubled the time a call took to give up on a frozen Redis. A connection the server
         # closed is caught by the pool before use; one that went silent, by the timeout.
-        health_check_interval=0,
-    )
+        "health_check_interval": 0,
+    }
+    if sentinel is not None:
+        return sentinel_client(sentinel, options)
+    return redis.Redis.from_url(url, **options)
 
 
 def wrong_key(

@@ -138,7 +138,7 @@ COUNTS = frozenset(
 #: Keys whose value is True or False.
 FLAGS = frozenset({"ENQUEUE_ON_COMMIT", "OUTBOX"})
 WHEN_DISABLED_CHOICES = ("inline", "skip", "raise")
-REDIS_SCHEMES = ("redis", "rediss", "unix")
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 #: The dotted path of django_jobs.mail.QueuedEmailBackend (named, not imported: layers).
 QUEUED_BACKEND = "django_jobs.mail.QueuedEmailBackend"
 

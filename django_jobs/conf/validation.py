@@ -31,6 +31,7 @@ from django_jobs.conf.defaults import (
     raw_settings,
 )
 from django_jobs.conf.redact import redact
+from django_jobs.conf.redis_url import SENTINEL_SCHEME, parse_sentinel_url
 
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 #: Names used inside Redis keys: no braces (hash tags), colons (separators) or whitespace.
@@ -59,11 +60,15 @@ def _check_redis_url(value: Any) -> list[Error]:
             error(
                 3,
                 f"JOBS['REDIS_URL'] has scheme {scheme or '(none)'!r} ({shown!r}).",
-                "Use redis://host:port/db, rediss:// for TLS or unix:///path/to/socket.",
+                "Use redis://host:port/db, rediss:// for TLS, unix:///path/to/socket or "
+                "redis+sentinel://host:26379,host2:26379/<service>/<db>.",
             )
         ]
     try:
-        parse_url(value)  # type: ignore[no-untyped-call]
+        if scheme == SENTINEL_SCHEME:
+            parse_sentinel_url(value)
+        else:
+            parse_url(value)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         # redis-py's message may quote the password ("could not be cast ... as 'pw'"): cut it.
         return [
