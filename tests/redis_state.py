@@ -42,16 +42,58 @@ def redis_now(client: redis.Redis) -> float:
     return seconds + micros / 1_000_000
 
 
+#: The longest a snapshot may be read after the script it checks (a loaded machine, a parallel
+#: run): a TTL or a time ahead reads up to this much less than it was set to.
+SLACK = 3
+
+
+class Remaining(int):
+    """Whole seconds left (of a TTL), read a moment after they were set: equal to the value
+    set when it trails it by less than SLACK seconds (time passes: it never reads more)."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, int) and not isinstance(other, bool):
+            return 0 <= other - int(self) < SLACK
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = int.__hash__
+
+
+class Offset(str):
+    """A time as "now+30" (see `when`), equal to the "now+N" it trails by less than SLACK."""
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str) and not isinstance(other, Offset):
+            mine, theirs = _seconds(self), _seconds(other)
+            if mine is not None and theirs is not None:
+                return 0 <= theirs - mine < SLACK
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
+def _seconds(text: str) -> int | None:
+    match = re.fullmatch(r"now([+-]\d+)", text)
+    return int(match.group(1)) if match else None
+
+
 def when(value: float, now: float) -> str:
     """A time as its distance from now in whole seconds: "now", "now+30", "now-7200".
 
-    Rounded up: the snapshot is read a moment after the script ran, so a lease set to now+30
-    reads as now+29.7 (ceil keeps it exact for any delay under a second, e.g. under load).
+    Rounded up, and compared with SLACK (`Offset`): the snapshot is read a moment after the
+    script ran, so a lease set to now+30 reads as now+29.7, or now+28 on a loaded machine.
     """
     offset = value - now
     if -RECENT < offset < 0.5:
         return "now"
-    return f"now{math.ceil(offset):+d}"
+    return Offset(f"now{math.ceil(offset):+d}")
 
 
 def _hash(raw: dict[bytes, bytes], now: float) -> dict[str, Any]:
@@ -95,7 +137,9 @@ def snapshot(ns: RedisNamespace) -> dict[str, tuple[Any, ...]]:
         else:
             raise AssertionError(f"unexpected {kind} at {key}")
         ttl = client.pttl(key)
-        out[name] = (kind, content) if ttl < 0 else (kind, content, math.ceil(ttl / 1000))
+        out[name] = (
+            (kind, content) if ttl < 0 else (kind, content, Remaining(math.ceil(ttl / 1000)))
+        )
     return out
 
 
