@@ -1,0 +1,74 @@
+"""A real runworker continues the trace a task carries: the worker's spans go to a file (an
+OpenTelemetry provider set up at start by a sitecustomize of the test's own, as a project's
+start-up code would), the test's span is their ancestor."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from django_jobs import tracing
+from testproject.probes.jobs import Noop, Number
+from tests.acceptance.conftest import Worker
+from tests.conftest import RedisNamespace, wait_until
+
+SITECUSTOMIZE = """
+import os
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from django_jobs import tracing
+
+provider = TracerProvider()
+out = open(os.environ["SPANS_FILE"], "a", buffering=1)
+provider.add_span_processor(SimpleSpanProcessor(
+    ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\\n")
+))
+trace.set_tracer_provider(provider)
+tracing.enable()
+"""
+
+
+@pytest.fixture
+def traced() -> Iterator[InMemorySpanExporter]:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.enable(provider)
+    yield exporter
+    tracing.disable()
+
+
+def spans(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_runworker_continues_the_trace_of_the_enqueue(
+    worker: Worker, redis_ns: RedisNamespace, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, traced: InMemorySpanExporter,
+) -> None:  # fmt: skip
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    spans_file = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("SPANS_FILE", str(spans_file))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    Noop.enqueue(Number(1))
+    (enqueue,) = traced.get_finished_spans()
+    assert enqueue.context is not None
+
+    worker.start("--concurrency", "1")
+
+    def run_span() -> dict[str, object] | None:
+        return next((s for s in spans(spans_file) if s["name"] == f"run {Noop.name}"), None)
+
+    run = wait_until(run_span, timeout=30, why=worker.output)
+    assert run["context"]["trace_id"] == f"0x{enqueue.context.trace_id:032x}"  # type: ignore[index]
+    assert run["parent_id"] == f"0x{enqueue.context.span_id:016x}"
