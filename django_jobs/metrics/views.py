@@ -19,7 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from django_jobs.broker.factory import get_broker
-from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.exceptions import BrokerUnavailable, JobsDisabled
 from django_jobs.metrics.worker import require
 
 STATES = ("pending", "scheduled", "retry", "active", "dead", "completed")
@@ -71,7 +71,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
     registry.register(QueuesCollector())
     try:
         body = p.generate_latest(registry)
-    except BrokerUnavailable as exc:
-        return HttpResponse(f"Redis is unavailable: {exc}\n", status=503,
-                            content_type="text/plain")  # fmt: skip
+    except (BrokerUnavailable, JobsDisabled) as exc:  # the scrape fails: `up` says so
+        return HttpResponse(f"{exc}\n", status=503, content_type="text/plain")
     return HttpResponse(body, content_type=p.CONTENT_TYPE_LATEST)

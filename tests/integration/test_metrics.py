@@ -108,3 +108,13 @@ def test_view_refuses_anyone_but_staff_or_the_token(
     response = client.get("/jobs/metrics", HTTP_AUTHORIZATION="Bearer s3cret")
     assert response.status_code == 200
     assert b"django_jobs_queue_tasks" in response.content
+
+
+def test_view_without_redis_is_a_503_saying_why(
+    metrics_urls: None, client: Client, settings: Any
+) -> None:
+    settings.JOBS = {**getattr(settings, "JOBS", {}), "REDIS_URL": None}
+    client.force_login(User.objects.create_user("ops", password="x", is_staff=True))
+    response = client.get("/jobs/metrics")
+    assert response.status_code == 503
+    assert b"REDIS_URL" in response.content
