@@ -42,9 +42,13 @@ def unknown(call_id: str) -> Http404:
     return Http404(f"No flow run {call_id!r} (never started, or past JOBS['FLOW_RETENTION']).")
 
 
+#: The highest page number read (as the API's `page`): a hand-edited ?p= past it reads this one.
+MAX_PAGE = 10_000
+
+
 def _page(value: str | None) -> int:
     try:
-        return max(1, int(value or 1))
+        return min(max(1, int(value or 1)), MAX_PAGE)
     except ValueError:
         return 1
 

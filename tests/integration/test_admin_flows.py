@@ -203,3 +203,15 @@ def test_run__links_its_parent_and_children(staff: Client, redis_ns: RedisNamesp
     assert f'<a href="{run_url(child)}">child-run</a>' in body
     body = staff.get(run_url(child)).content.decode()
     assert f'<a href="{run_url(parent)}">parent-run</a>' in body
+
+
+@pytest.mark.parametrize("p", ["99999999999999999999", "9" * 400, "-5", "x"])
+def test_list__a_page_number_past_every_run_is_an_empty_page(
+    staff: Client, redis_ns: RedisNamespace, p: str
+) -> None:
+    """A hand-edited ?p= answers a page (empty when past the runs), never a 503 blaming Redis."""
+    StepsFlow.start(Steps(n=1), call_id="done-1")
+    drain()
+    response = staff.get(RUNS, {"p": p})
+    assert response.status_code == 200
+    assert "Redis" not in text(response)
