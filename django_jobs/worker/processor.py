@@ -124,13 +124,15 @@ class Processor:
         if hook.recorder is not None:
             hook.recorder.started(message.job, delivery.queue, delivery.enqueued_at)
         started = time.monotonic()
-        traced = tracing.tracer is not None
         try:
-            with self.guard(message.timeout, attempt), (
-                tracing.running(job.name, delivery.id, delivery.queue, number, message.trace)
-                if traced else nullcontext()
-            ):  # fmt: skip
-                ran = run_job(job, payload, context, hygiene=self.hygiene)
+            with self.guard(message.timeout, attempt):
+                if tracing.tracer is None:  # a branch, not a nullcontext: free when off
+                    ran = run_job(job, payload, context, hygiene=self.hygiene)
+                else:
+                    with tracing.running(
+                        job.name, delivery.id, delivery.queue, number, message.trace
+                    ):
+                        ran = run_job(job, payload, context, hygiene=self.hygiene)
         except Exception as exc:
             decision = policy.failed(exc, attempt)
         else:
