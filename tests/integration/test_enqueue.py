@@ -281,3 +281,16 @@ def test_get_broker__disabled_error_names_the_real_when_disabled(
     assert "REDIS_URL" in str(caught.value)
     if when_disabled != "raise":
         assert '"raise"' not in str(caught.value)
+
+
+def test_enqueue__times_are_kept_to_the_microsecond(redis_ns: RedisNamespace) -> None:
+    """Listings merge queues on these times: two enqueues a few microseconds apart must not tie
+    (Lua's tostring kept a tenth of a millisecond)."""
+    first = SendMail.enqueue(Mail("a@example.com"), queue="default")
+    second = SendMail.enqueue(Mail("b@example.com"), queue="low")
+    times = [
+        redis_ns.client.hget(f"{redis_ns.namespace}:{{{h.queue}}}:t:{h.id}", "enqueued_at")
+        for h in (first, second)
+    ]
+    assert all(t is not None and len(t.split(b".")[1]) == 6 for t in times), times
+    assert float(times[0]) < float(times[1])

@@ -45,6 +45,11 @@ local function clock()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
+-- stamp(t): a time as written in a record: epoch seconds to the microsecond (tostring keeps
+-- 14 digits, a tenth of a millisecond: two enqueues that close would tie in a merged listing).
+local function stamp(t)
+  return string.format('%.6f', t)
+end
 -- bump(key, field): add one to a counter field of a task record and return it. A field written
 -- by hand as garbage counts as 0 (as the Python side reads it), so it starts over at 1.
 local function bump(key, field)
@@ -62,7 +67,7 @@ end
 local function bury(key, kind, id, dead, now)
   redis.call('DEL', key)
   redis.call('HSET', key, 'state', 'dead', 'msg', '', 'attempts', 0, 'crashes', 0, 'epoch', 0,
-    'died_at', tostring(now), 'failed_at', tostring(now), 'traceback', '',
+    'died_at', stamp(now), 'failed_at', stamp(now), 'traceback', '',
     'error', 'its record ' .. key .. ' was a ' .. kind .. ', not a hash (written by hand or by '
       .. 'another program?): replaced by this dead record')
   redis.call('ZADD', dead, now, id)
@@ -167,7 +172,7 @@ local function crashed(key, id, budget, why, pending, dead, wakekey)
     return back(key, id, pending, wakekey)
   end
   local now = clock()
-  redis.call('HSET', key, 'state', 'dead', 'died_at', tostring(now), 'failed_at', tostring(now),
+  redis.call('HSET', key, 'state', 'dead', 'died_at', stamp(now), 'failed_at', stamp(now),
     'traceback', '', 'error', 'crashed its worker ' .. crashes .. ' times: ' .. why)
   redis.call('ZADD', dead, now, id)
   return 'dead'

@@ -38,7 +38,7 @@ if retention > 0 then
     end
     return bad
   end
-  redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', tostring(now))
+  redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', stamp(now))
 else
   local bad = take(KEYS[2], KEYS[3], id)
   if bad then

@@ -19,8 +19,8 @@ local fields = {}
 for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
-redis.call('HSET', KEYS[2], 'last_beat', tostring(now), unpack(fields))
+redis.call('HSET', KEYS[2], 'last_beat', stamp(now), unpack(fields))
 redis.call('EXPIRE', KEYS[2], ttl)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
-return tostring(now)
+return stamp(now)

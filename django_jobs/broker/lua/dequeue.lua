@@ -74,7 +74,7 @@ for q = 0, #KEYS / 5 - 1 do
         broken[#broken + 1] = kind .. ' hash ' .. key
         bury(key, kind, id, dead, now)
       else
-        redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', tostring(now))
+        redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', stamp(now))
         local f = redis.call('HMGET', key, 'msg', 'attempts', 'crashes', 'enqueued_at',
           'first_unknown_at')
         local n = #out

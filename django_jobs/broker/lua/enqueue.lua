@@ -53,12 +53,12 @@ local state = 'pending'
 if due_at > now then
   state = 'scheduled'
   redis.call('ZADD', KEYS[3], due_at, id)
-  redis.call('HSET', KEYS[1], 'next_at', tostring(due_at))
+  redis.call('HSET', KEYS[1], 'next_at', stamp(due_at))
 else
   redis.call('LPUSH', KEYS[2], id)
   wake(KEYS[4])
 end
-redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', tostring(now),
+redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', stamp(now),
   'attempts', 0, 'crashes', 0, 'epoch', 0)
 if KEYS[5] then
   redis.call('SET', KEYS[5], id, 'PX', ARGV[5])

@@ -32,13 +32,13 @@ local state = 'pending'
 if due_at > now then
   state = 'scheduled'
 end
-local enqueued_at = tostring(now)
+local enqueued_at = stamp(now)
 for _, i in ipairs(new) do
   local id = ARGV[2 * (i - 4) + 3]
   redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
     enqueued_at, 'attempts', 0, 'crashes', 0, 'epoch', 0)
   if state == 'scheduled' then
-    redis.call('HSET', KEYS[i], 'next_at', tostring(due_at))
+    redis.call('HSET', KEYS[i], 'next_at', stamp(due_at))
     redis.call('ZADD', KEYS[2], due_at, id)
   else
     redis.call('LPUSH', KEYS[1], id)

@@ -41,7 +41,7 @@ if type(reply) == 'table' and reply.err then
 end
 if reply[1] == 'ok' then
   local now = clock()
-  redis.call('HSET', KEYS[6], 'last_fired_at', tostring(now), 'last_task_id', ARGV[1],
+  redis.call('HSET', KEYS[6], 'last_fired_at', stamp(now), 'last_task_id', ARGV[1],
     'last_task_queue', ARGV[7], 'fire_keys', ARGV[9])
   if fire ~= '' then
     redis.call('HSET', KEYS[6], 'last_fire', fire)

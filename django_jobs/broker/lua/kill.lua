@@ -27,7 +27,7 @@ if ARGV[5] == '1' then
 end
 count(KEYS[5], ARGV[6])
 redis.call('HSET', KEYS[1], 'state', 'dead', 'error', ARGV[3], 'traceback', ARGV[4],
-  'failed_at', tostring(now), 'died_at', tostring(now))
+  'failed_at', stamp(now), 'died_at', stamp(now))
 redis.call('HDEL', KEYS[1], 'next_at')
 redis.call('ZADD', KEYS[4], now, id)
 return 1

@@ -29,11 +29,11 @@ if ARGV[6] == '1' then
   count(KEYS[5], ARGV[7])
 end
 if ARGV[8] == '1' then
-  redis.call('HSETNX', KEYS[1], 'first_unknown_at', tostring(now))
+  redis.call('HSETNX', KEYS[1], 'first_unknown_at', stamp(now))
 else
   redis.call('HDEL', KEYS[1], 'first_unknown_at')
 end
 redis.call('HSET', KEYS[1], 'state', 'retry', 'error', ARGV[4], 'traceback', ARGV[5],
-  'failed_at', tostring(now), 'next_at', tostring(due))
+  'failed_at', stamp(now), 'next_at', stamp(due))
 redis.call('ZADD', KEYS[4], due, id)
 return 1
