@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from django_jobs.broker.protocol import Verdict
+from django_jobs.broker.protocol import Delivery, Verdict
+from django_jobs.broker.redis import RedisBroker
+from django_jobs.exceptions import BrokerUnavailable
 
 
 class Recorder(Protocol):
@@ -20,9 +22,19 @@ class Recorder(Protocol):
     def finished(self, verdict: Verdict, written: bool) -> None:
         """A run's outcome was written (or not: then nothing is counted)."""
 
-    def crashed(self, queue: str) -> None:
-        """A worker child died while running a task of queue."""
+    def crashed(self, job: str, queue: str) -> None:
+        """A worker child died while running a task of job ("" if unknown) in queue."""
 
 
 #: Installed by `runworker --metrics-port` before the children are forked; None: metrics off.
 recorder: Recorder | None = None
+
+
+def job_of(broker: RedisBroker, delivery: Delivery) -> str:
+    """The job type of a task the supervisor holds only by id (one read, for a crash, with
+    metrics on); "" if its record is gone or cannot be read."""
+    try:
+        rows = broker.task_rows(delivery.queue, [delivery.id], "")
+    except BrokerUnavailable:
+        return ""
+    return (rows[0].job or "") if rows else ""

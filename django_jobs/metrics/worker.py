@@ -58,10 +58,7 @@ class PrometheusRecorder:
         self.failed = counter("django_jobs_failed", "Runs whose handler raised (or timed out).")
         self.retried = counter("django_jobs_retried", "Tasks put back to run later (retry).")
         self.dead = counter("django_jobs_dead", "Tasks that went to the dead state.")
-        self.crashes = p.Counter(
-            "django_jobs_crashed", "Worker children that died under a task.", ("queue",),
-            registry=None,
-        )  # fmt: skip
+        self.crashes = counter("django_jobs_crashed", "Worker children that died under a task.")
         self.run_seconds = p.Histogram(
             "django_jobs_run_seconds", "Run time of the handler, per outcome written.", labels,
             buckets=BUCKETS, registry=None,
@@ -90,8 +87,8 @@ class PrometheusRecorder:
         if v.attempt:  # a run happened (not a corrupt record, nor an unknown job's bounce)
             self.run_seconds.labels(v.job, v.queue).observe(v.duration)
 
-    def crashed(self, queue: str) -> None:
-        self.crashes.labels(queue).inc()
+    def crashed(self, job: str, queue: str) -> None:
+        self.crashes.labels(job, queue).inc()
 
 
 class SlotsCollector:

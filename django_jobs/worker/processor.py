@@ -180,10 +180,11 @@ def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) 
     expires and the recoverer puts it back.
     """
     d = decision
-    if d.crash and hook.recorder is not None:
-        hook.recorder.crashed(delivery.queue)
     if d.fate is Fate.REQUEUE:
-        return broker.requeue(delivery, crash=d.crash, reason=d.error)
+        state = broker.requeue(delivery, crash=d.crash, reason=d.error)
+        if d.crash and state is not None and hook.recorder is not None:
+            hook.recorder.crashed(hook.job_of(broker, delivery), delivery.queue)
+        return state
     if d.fate is Fate.RETRY:
         written = broker.retry(delivery, d.delay, d.error, d.traceback, spend=d.spend)
         return State.RETRY if written else None

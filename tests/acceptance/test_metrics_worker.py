@@ -46,7 +46,7 @@ def test_runworker_metrics_port_sums_its_children(
     q = {"queue": "default"}
     assert value(got, "django_jobs_failed_total", job=Chaos.name, **q) == 2
     assert value(got, "django_jobs_failed_total", job=Noop.name, **q) == 0
-    assert value(got, "django_jobs_crashed_total", **q) == 1
+    assert value(got, "django_jobs_crashed_total", job=CrashOnce.name, **q) == 1
     assert value(got, "django_jobs_run_seconds_count", job=Noop.name, **q) == 20
     assert value(got, "django_jobs_start_latency_seconds_count", job=Noop.name, **q) == 20
     assert value(got, "django_jobs_slots_total") == 2
