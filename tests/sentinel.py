@@ -63,12 +63,18 @@ class Process:
 
 
 class SentinelSetup:
-    """A primary, a replica of it, and a sentinel watching them as SERVICE (quorum 1)."""
+    """A primary, a replica of it, and a sentinel watching them as SERVICE (quorum 1).
 
-    def __init__(self, executable: str, directory: Path) -> None:
-        self.primary = Process(executable, directory / "a", "")
+    min_replicas: each server's min-replicas-to-write (with min-replicas-max-lag 1): a primary
+    that lost its replica (an old one, after a failover) refuses writes a second later.
+    """
+
+    def __init__(self, executable: str, directory: Path, min_replicas: int = 0) -> None:
+        self.min_replicas = min_replicas
+        guard = f"min-replicas-to-write {min_replicas}\nmin-replicas-max-lag 1\n"
+        self.primary = Process(executable, directory / "a", guard)
         self.replica = Process(
-            executable, directory / "b", f"replicaof 127.0.0.1 {self.primary.port}\n"
+            executable, directory / "b", f"replicaof 127.0.0.1 {self.primary.port}\n{guard}"
         )
         self.sentinel = Process(
             executable,
@@ -106,15 +112,33 @@ class SentinelSetup:
             _, port = client.sentinel_get_master_addr_by_name(SERVICE)
         return int(port)
 
-    def failover(self) -> Process:
-        """Switch the replica in (SENTINEL FAILOVER); return the new primary once it is one."""
+    def failover(self) -> tuple[Process, Process]:
+        """Switch the replica in (SENTINEL FAILOVER); return (new primary, old) once the
+        sentinel names the new one and it says it is the primary.
+
+        The old primary is still one until the sentinel's next look at it (up to 10 s):
+        `demoted` waits for that.
+        """
         old = self.master_port()
-        new = self.replica if old == self.primary.port else self.primary
+        new, former = (
+            (self.replica, self.primary)
+            if old == self.primary.port
+            else (self.primary, self.replica)
+        )
         with self.sentinel.client() as client:
             client.execute_command("SENTINEL", "FAILOVER", SERVICE)
         wait_until(lambda: self.master_port() == new.port, timeout=15)
         wait_until(lambda: self._info(new).get("role") == "master", timeout=15)
-        return new
+        return new, former
+
+    def demoted(self, former: Process) -> None:
+        """Wait until the former primary is a replica of the new one, in sync."""
+
+        def synced() -> bool:
+            info = self._info(former)
+            return info.get("role") == "slave" and info.get("master_link_status") == "up"
+
+        wait_until(synced, timeout=20, interval=0.05)
 
     def stop(self) -> None:
         for process in (self.sentinel, self.replica, self.primary):
@@ -122,11 +146,13 @@ class SentinelSetup:
 
 
 @pytest.fixture
-def sentinel_setup(tmp_path: Path) -> Iterator[SentinelSetup]:
+def sentinel_setup(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SentinelSetup]:
+    """A SentinelSetup; parametrize indirectly with min_replicas (default 0)."""
     executable = shutil.which("redis-server")
     if executable is None:
         pytest.fail("redis-server is not installed (apt-get install redis-server).")
-    setup = SentinelSetup(executable, tmp_path / "sentinel")
+    min_replicas = getattr(request, "param", 0)
+    setup = SentinelSetup(executable, tmp_path / "sentinel", min_replicas)
     setup.start()
     yield setup
     setup.stop()
