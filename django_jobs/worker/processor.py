@@ -187,10 +187,15 @@ def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) 
         return state
     if d.fate is Fate.RETRY:
         written = broker.retry(delivery, d.delay, d.error, d.traceback, spend=d.spend)
-        return State.RETRY if written else None
-    if d.fate is Fate.KILL:
-        return State.DEAD if broker.kill(delivery, d.error, d.traceback, spend=d.spend) else None
-    return None  # NOTHING (and ACK, which only a finished run decides: its child writes it)
+    elif d.fate is Fate.KILL:
+        written = broker.kill(delivery, d.error, d.traceback, spend=d.spend)
+    else:
+        return None  # NOTHING (and ACK, which only a finished run decides: its child writes it)
+    if not written:
+        return None
+    if hook.recorder is not None:  # a run killed after its timeout's grace: counted here
+        hook.recorder.finished(verdict(delivery, hook.job_of(broker, delivery), d), True)
+    return State.RETRY if d.fate is Fate.RETRY else State.DEAD
 
 
 STATES = {Action.ACK: State.COMPLETED, Action.RETRY: State.RETRY, Action.KILL: State.DEAD}

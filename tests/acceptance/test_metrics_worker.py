@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from testproject.probes.jobs import Chaos, ChaosWork, CrashOnce, Noop, Number, Work
+from testproject.probes.jobs import Chaos, ChaosWork, CrashOnce, HoldGil, Noop, Number, Work
 from tests.acceptance.conftest import Worker
 from tests.conftest import RedisNamespace, wait_until
 from tests.metrics_scrape import samples, value
@@ -30,6 +30,7 @@ def test_runworker_metrics_port_sums_its_children(
     Chaos.enqueue(ChaosWork(1, fail="raise"), max_attempts=1)
     Chaos.enqueue(ChaosWork(2, fail="raise"), max_attempts=1)
     CrashOnce.enqueue(Work("c"))
+    HoldGil.enqueue(Work("gil"), timeout=1, max_attempts=1)  # its child killed after the grace
 
     worker.start("--concurrency", "2", "--metrics-port", "0")
 
@@ -39,6 +40,7 @@ def test_runworker_metrics_port_sums_its_children(
             value(got, "django_jobs_completed_total", job=Noop.name, queue="default") == 20
             and value(got, "django_jobs_completed_total", job=CrashOnce.name, queue="default") == 1
             and value(got, "django_jobs_dead_total", job=Chaos.name, queue="default") == 2
+            and value(got, "django_jobs_dead_total", job=HoldGil.name, queue="default") == 1
         )
 
     wait_until(settled, timeout=30, why=worker.output)
@@ -46,6 +48,7 @@ def test_runworker_metrics_port_sums_its_children(
     q = {"queue": "default"}
     assert value(got, "django_jobs_failed_total", job=Chaos.name, **q) == 2
     assert value(got, "django_jobs_failed_total", job=Noop.name, **q) == 0
+    assert value(got, "django_jobs_failed_total", job=HoldGil.name, **q) == 1
     assert value(got, "django_jobs_crashed_total", job=CrashOnce.name, **q) == 1
     assert value(got, "django_jobs_run_seconds_count", job=Noop.name, **q) == 20
     assert value(got, "django_jobs_start_latency_seconds_count", job=Noop.name, **q) == 20
