@@ -89,10 +89,13 @@ class Flow(Generic[I, O]):
         of the run that holds it, starting nothing; so does a call id already started.
         on_commit: start when the surrounding transaction commits (the call id is returned at
         once; a duplicate is then found, and logged, at the commit); None (the default) does so
-        inside atomic() if JOBS["ENQUEUE_ON_COMMIT"] is set, as an enqueue does.
+        inside atomic() if JOBS["ENQUEUE_ON_COMMIT"] is set, as an enqueue does. Under the
+        outbox (JOBS["OUTBOX"], use_outbox()) the start is written as its event's outbox row
+        instead (in the transaction, if any): the call id is returned at once, and a duplicate
+        idempotency key is found, and logged, by the worker that takes the event.
         """
         from django_jobs.conf import get_settings
-        from django_jobs.flows.events import start_call
+        from django_jobs.flows.events import outbox_applies, start_call
 
         data = payload_to_json(input, cls.input_type)
         meta = metadata or {}
@@ -110,11 +113,12 @@ class Flow(Generic[I, O]):
         if on_commit is None:
             on_commit = get_settings().enqueue_on_commit
         version = cls.version
-        if on_commit and transaction.get_connection().in_atomic_block:
+        if on_commit and transaction.get_connection().in_atomic_block and not outbox_applies():
             transaction.on_commit(
-                lambda: start_call(cls.name, call_id, data, meta, idempotency_key, version)
+                lambda: _start_after_commit(cls.name, call_id, data, meta, idempotency_key, version)
             )
             return call_id
+        # Under the outbox the start is its event's row, written inside the transaction.
         return start_call(cls.name, call_id, data, meta, idempotency_key, version)
 
     @classmethod
@@ -139,6 +143,23 @@ class Flow(Generic[I, O]):
         from django_jobs.flows.runs import send_signal
 
         return send_signal(call_id, signal.name, value)
+
+
+def _start_after_commit(
+    flow: str, call_id: str, data: dict[str, Any], meta: dict[str, Any], key: str | None,
+    version: int,
+) -> None:  # fmt: skip
+    """An on-commit start: never raise into the commit (the data has committed)."""
+    from django_jobs.exceptions import BrokerUnavailable
+    from django_jobs.flows.events import logger, start_call
+
+    try:
+        start_call(flow, call_id, data, meta, key, version)
+    except BrokerUnavailable as exc:
+        logger.error(
+            "flow %s: start of call %s after commit failed, so it may never run (the outbox "
+            "would have kept it): %s; start it again with the same call_id", flow, call_id, exc,
+        )  # fmt: skip
 
 
 def _input_type(cls: type) -> type[Any] | None:

@@ -29,8 +29,20 @@ from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, JobTimeout,
 from django_jobs.flows.base import Flow, registry
 from django_jobs.flows.context import Context
 from django_jobs.flows.errors import Canceled, ReplayLost, StepFailed, Suspend, UnknownFlow
-from django_jobs.flows.events import FLOW_EVENT, FlowEventPayload, publish, replaying, store
-from django_jobs.flows.runs import PARENT_KEY, PARENT_STEP_KEY, cancel_children, notify_parent
+from django_jobs.flows.events import (
+    FLOW_EVENT,
+    FlowEventPayload,
+    publish,
+    record_start,
+    replaying,
+    store,
+)
+from django_jobs.flows.runs import (
+    PARENT_KEY,
+    PARENT_STEP_KEY,
+    cancel_children,
+    notify_parent,
+)
 from django_jobs.jobs import Fail, Job
 from django_jobs.message import JobContext, payload_from_json
 
@@ -72,13 +84,18 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
     if event is not None and event.crashes:
         crashes = payload.crashes + event.crashes
         if crashes < CRASH_LOOP * s.settings.max_crashes:
-            publish(payload.call_id, payload.flow, crashes=crashes)  # a fresh event
+            publish(payload.call_id, payload.flow, crashes=crashes, begin=payload.begin)
             return
         crash_loop = (
             f"its replays crashed their worker {crashes} times in a row (its code outside "
             f"steps, or a step that kills its worker before it is recorded running?)"
         )
     acquired = s.acquire(payload.call_id)
+    if acquired.kind == "gone" and payload.begin is not None:  # a start sent under the outbox
+        status, _ = record_start(s, payload.flow, payload.call_id, payload.begin)
+        if status == "duplicate":
+            return
+        acquired = s.acquire(payload.call_id)
     if acquired.kind == "busy":
         delay = min(max(acquired.pttl / 1000, BUSY_DELAY[0]), BUSY_DELAY[1])
         publish(payload.call_id, payload.flow, delay=delay)
@@ -125,7 +142,7 @@ def _bounce(payload: FlowEventPayload, why: str) -> None:
         raise Fail(f"{why} (bounced for {grace:g}s)") from None
     logger.warning("flow event for call %s put back: %s", payload.call_id, why)
     publish(payload.call_id, payload.flow, delay=settings.flow_unknown_delay,
-            unknown_since=since)  # fmt: skip
+            unknown_since=since, begin=payload.begin)  # fmt: skip
 
 
 def run(flow_cls: type[Flow[Any, Any]], ctx: Context) -> None:

@@ -10,7 +10,10 @@ are delivered at least once: a replay of a duplicate finds every recorded step d
 Events published by a replay, inside the worker (`replaying()`: its timers, wake-ups, bounces,
 the children it starts and the signals it sends its parent) skip the outbox: the replay needs
 Redis anyway, and a database commit per event would only slow it. A start or a signal from a
-web request keeps JOBS["OUTBOX"].
+web request keeps JOBS["OUTBOX"]: under the outbox (`outbox_applies`) the start or the signal
+itself travels in its event's row (`FlowEventPayload.begin`, `.signal`), so that a rollback
+drops both and Redis down at the call writes the row: the worker that takes the event runs
+flow_start (when it finds no run) or flow_signal, then replays.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.flows import FlowStore, dumps
-from django_jobs.client import Options, enqueue
+from django_jobs.client import Options, enqueue, outbox_wanted
 from django_jobs.conf import get_settings
 from django_jobs.jobs import registry as jobs
 
@@ -57,10 +60,20 @@ class FlowEventPayload:
     unknown_since: float = 0.0
     #: Workers that died under this event's predecessors (see engine.CRASH_LOOP).
     crashes: int = 0
+    #: A start that travels in the outbox: input, metadata, idempotency_key, version (the
+    #: worker records the call when it finds none), or None.
+    begin: dict[str, Any] | None = None
+    #: A signal that travels in the outbox: name and value (JSON), delivered by the worker.
+    signal: dict[str, Any] | None = None
 
 
 def store() -> FlowStore:
     return FlowStore(get_broker())
+
+
+def outbox_applies() -> bool:
+    """Whether a start or a signal sent now goes through the outbox (never in a replay)."""
+    return not _replaying.get() and outbox_wanted(None, get_settings())
 
 
 def publish(
@@ -71,10 +84,12 @@ def publish(
     start: bool = False,
     unknown_since: float = 0.0,
     crashes: int = 0,
+    begin: dict[str, Any] | None = None,
+    signal: dict[str, Any] | None = None,
 ) -> None:
     """Publish an event for a call: on the critical queue unless it is the start."""
     critical, starts = get_settings().flow_queues
-    payload = FlowEventPayload(call_id, flow, unknown_since, crashes)
+    payload = FlowEventPayload(call_id, flow, unknown_since, crashes, begin, signal)
     options = Options(queue=starts if start else critical, delay=max(0.0, delay) or None)
     outbox = False if _replaying.get() else None
     enqueue(jobs.get(FLOW_EVENT), [(payload, None)], options, on_commit=False, outbox=outbox)
@@ -89,15 +104,17 @@ def start_call(
     version: int = 1,
 ) -> str:
     """Record a call (under its flow's code version) and publish its first event; return its
-    call id (the original one for a duplicate idempotency key)."""
+    call id (the original one for a duplicate idempotency key).
+
+    Under the outbox: publish the start event carrying the call (its row in the outbox), and
+    return call_id; a duplicate idempotency key is found, and logged, by the worker.
+    """
+    if outbox_applies():
+        publish(call_id, flow, start=True, begin=begin_of(data, metadata, key, version))
+        return call_id
     s = store()
-    status, value = s.start(call_id, flow, dumps(data), dumps(metadata), key, version)
+    status, value = record_start(s, flow, call_id, begin_of(data, metadata, key, version))
     if status == "duplicate":
-        logger.info("flow %s: idempotency key %r holds call %s: not started", flow, key, value)
-        (original,) = s.read([value])
-        if original is not None and original.meta.get("epoch") == "0":
-            # Never replayed: its first start may have failed before its event was sent.
-            publish(value, flow, start=True)
         return value
     if status == "exists" and value != "running":
         return call_id  # a call id started before, and it has moved on
@@ -105,3 +122,25 @@ def start_call(
     # retried): an extra event only replays a call that has nothing to do.
     publish(call_id, flow, start=True)
     return call_id
+
+
+def begin_of(
+    data: dict[str, Any], metadata: dict[str, Any], key: str | None, version: int
+) -> dict[str, Any]:
+    """A start as its event carries it (FlowEventPayload.begin)."""
+    return {"input": data, "metadata": metadata, "idempotency_key": key, "version": version}
+
+
+def record_start(s: FlowStore, flow: str, call_id: str, begin: dict[str, Any]) -> tuple[str, str]:
+    """flow_start for a start (`FlowEventPayload.begin`); for a duplicate idempotency key, log
+    it and publish the original's first event again if it was never replayed."""
+    key = begin.get("idempotency_key")
+    status, value = s.start(call_id, flow, dumps(begin["input"]), dumps(begin["metadata"]),
+                            key, int(begin.get("version") or 1))  # fmt: skip
+    if status == "duplicate":
+        logger.info("flow %s: idempotency key %r holds call %s: not started", flow, key, value)
+        (original,) = s.read([value])
+        if original is not None and original.meta.get("epoch") == "0":
+            # Never replayed: its first start may have failed before its event was sent.
+            publish(value, flow, start=True)
+    return status, value

@@ -1,0 +1,94 @@
+"""Flows under the outbox: a start and a signal travel in their event's row (a rollback drops
+them, Redis down at the call keeps them), and the worker records them."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from django.db import transaction
+
+from django_jobs.broker.factory import get_broker
+from django_jobs.conf import get_settings
+from django_jobs.flows import get_run
+from django_jobs.models import OutboxJob
+from django_jobs.testing import run_burst
+from django_jobs.worker.relay import Relay
+from testproject.shop.flows import Steps, StepsFlow
+from tests.conftest import RedisNamespace, RedisServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def drain() -> None:
+    for _ in range(3):  # a start, a wake-up, the replay it publishes
+        run_burst(list(get_settings().flow_queues))
+
+
+@pytest.fixture
+def outbox(redis_ns: RedisNamespace, settings: Any) -> RedisNamespace:
+    settings.JOBS = {**settings.JOBS, "OUTBOX": True}
+    return redis_ns
+
+
+@pytest.fixture
+def down(private_redis: RedisServer, settings: Any) -> RedisServer:
+    """Flows on a private Redis, with the outbox on; the test stops and starts it."""
+    settings.JOBS = {"REDIS_URL": private_redis.url, "OUTBOX": True, "ENQUEUE_TIMEOUT": 1}
+    return private_redis
+
+
+def relay() -> None:
+    """A worker's relay tick that takes rows at once (no fast-path grace)."""
+    Relay(get_broker(), "test-relay", fresh=0.0).relay("default")
+    assert not OutboxJob.objects.exists()
+
+
+def test_start__rolled_back_leaves_no_run_and_no_row(outbox: RedisNamespace) -> None:
+    with transaction.atomic():
+        call = StepsFlow.start(Steps(n=1))
+        transaction.set_rollback(True)
+    drain()
+    assert not OutboxJob.objects.exists()
+    assert get_run(call) is None  # red before: a run "running" for ever, with no event
+
+
+def test_start__committed_is_recorded_by_the_worker(outbox: RedisNamespace) -> None:
+    with transaction.atomic():
+        call = StepsFlow.start(Steps(n=2), metadata={"order": 7})
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
+    assert run.metadata == {"order": 7}
+    assert run.input["n"] == 2
+
+
+@pytest.mark.parametrize("on_commit", [False, True])
+def test_start__redis_down_writes_the_row_and_the_relay_starts_it(
+    down: RedisServer, settings: Any, on_commit: bool
+) -> None:
+    settings.JOBS = {**settings.JOBS, "ENQUEUE_ON_COMMIT": on_commit}
+    down.stop()
+    with transaction.atomic():
+        call = StepsFlow.start(Steps(n=1))  # red before: BrokerUnavailable (or at the commit)
+    assert OutboxJob.objects.count() == 1
+    down.start()
+    relay()
+    drain()
+    assert get_run(call).status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_start__a_duplicate_key_is_found_and_logged_by_the_worker(
+    outbox: RedisNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = StepsFlow.start(Steps(n=1), idempotency_key="order-1")
+    with transaction.atomic():
+        second = StepsFlow.start(Steps(n=1), idempotency_key="order-1")
+    assert second != first  # found late: start() answered at once
+    with caplog.at_level(logging.INFO, "django_jobs.flows"):
+        drain()
+    assert get_run(first).status == "succeeded"  # type: ignore[union-attr]
+    assert get_run(second) is None
+    assert f"holds call {first}: not started" in caplog.text
