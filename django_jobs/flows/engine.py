@@ -41,6 +41,7 @@ from django_jobs.flows.runs import (
     PARENT_KEY,
     PARENT_STEP_KEY,
     cancel_children,
+    deliver,
     notify_parent,
 )
 from django_jobs.jobs import Fail, Job
@@ -75,6 +76,12 @@ class FlowEvent(Job[FlowEventPayload]):
 def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
     """Replay one call for one event (the FlowEvent job's run)."""
     s = store()
+    if payload.signal is not None:  # a signal sent under the outbox: deliver it here
+        answer = deliver(payload.call_id, str(payload.signal.get("name")),
+                         dumps(payload.signal.get("value")))  # fmt: skip
+        logger.info("flow call %s: outboxed signal %r: %s", payload.call_id,
+                    payload.signal.get("name"), answer)  # fmt: skip
+        return
     try:
         flow_cls = registry.get(payload.flow)
     except UnknownFlow as exc:

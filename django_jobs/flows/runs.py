@@ -12,7 +12,7 @@ from typing_extensions import TypeVar
 
 from django_jobs.broker.flows import CallState, dumps
 from django_jobs.flows.errors import FlowError
-from django_jobs.flows.events import publish, store
+from django_jobs.flows.events import outbox_applies, publish, store
 from django_jobs.flows.signals import Signal, signal_name
 from django_jobs.flows.steps import refuse_non_json
 
@@ -40,25 +40,38 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
     is kept for that wait; one sent after that wait timed out is False, and no replay ever
     turns that timed-out wait into a received one. False too for a call that has ended or
     does not exist. The value must survive JSON (refused here, with FlowError).
+
+    Under the outbox (JOBS["OUTBOX"], use_outbox()) the signal travels in its event's outbox
+    row (dropped by a rollback, kept with Redis down) and a worker delivers it: True at once,
+    meaning "written for delivery"; a late or duplicate one is then logged by the worker.
     """
     name = signal_name(name)
     problem = refuse_non_json(value)
     if problem:
         raise FlowError(f"signal {name!r}: its value {problem}")
+    if outbox_applies():
+        publish(call_id, "", signal={"name": name, "value": value})
+        return True
+    return deliver(call_id, name, dumps(value)) in ("wake", "kept")
+
+
+def deliver(call_id: str, name: str, value_json: str) -> str:
+    """flow_signal, then the wake-up event when the flow waits for it: flow_signal's answer."""
     s = store()
-    answer = s.signal(call_id, name, dumps(value))
-    if answer in ("wake", "duplicate"):
-        (state,) = s.read([call_id])
+    answer = s.signal(call_id, name, value_json)
+    if answer not in ("wake", "duplicate"):
+        return answer
+    (state,) = s.read([call_id])
+    if state is None:
+        return answer
+    if answer == "duplicate":
         # A duplicate wakes a flow still waiting for it too: the first send may have failed
         # between its script and its event (Redis unreachable), and been retried.
-        waits = answer == "wake" or (
-            state is not None
-            and state.meta.get("status") == "waiting"
-            and '"state":"waiting"' in state.status.get(f"wait:{name}", "")
-        )
-        if state is not None and waits:
-            publish(call_id, state.meta.get("flow", ""))
-    return answer in ("wake", "kept")
+        wait = state.status.get(f"wait:{name}")
+        if state.meta.get("status") != "waiting" or '"state":"waiting"' not in (wait or ""):
+            return answer
+    publish(call_id, state.meta.get("flow", ""))
+    return answer
 
 
 def cancel(call_id: str, reason: str = "") -> bool:

@@ -11,11 +11,11 @@ from django.db import transaction
 
 from django_jobs.broker.factory import get_broker
 from django_jobs.conf import get_settings
-from django_jobs.flows import get_run
+from django_jobs.flows import get_run, send_signal
 from django_jobs.models import OutboxJob
 from django_jobs.testing import run_burst
 from django_jobs.worker.relay import Relay
-from testproject.shop.flows import Steps, StepsFlow
+from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
 from tests.conftest import RedisNamespace, RedisServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,3 +92,38 @@ def test_start__a_duplicate_key_is_found_and_logged_by_the_worker(
     assert get_run(first).status == "succeeded"  # type: ignore[union-attr]
     assert get_run(second) is None
     assert f"holds call {first}: not started" in caplog.text
+
+
+def test_signal__rolled_back_is_not_delivered_and_a_later_one_wakes(
+    outbox: RedisNamespace,
+) -> None:
+    call = WaitFlow.start(Wait())
+    drain()
+    assert get_run(call).status == "waiting"  # type: ignore[union-attr]
+    with transaction.atomic():
+        assert send_signal(call, "go", 1) is True  # written for delivery
+        transaction.set_rollback(True)
+    drain()
+    assert get_run(call).status == "waiting"  # type: ignore[union-attr]
+    with transaction.atomic():
+        assert send_signal(call, "go", 2) is True  # red before: False, the first was stored
+    drain()
+    run = get_run(call)
+    assert run is not None
+    assert run.status == "succeeded"
+    assert run.output == {"value": 2, "received": True}
+
+
+def test_signal__redis_down_writes_the_row_and_the_relay_delivers_it(down: RedisServer) -> None:
+    call = WaitFlow.start(Wait())
+    relay()
+    drain()
+    down.client().save()  # the waiting run survives the outage (dump.rdb in its directory)
+    down.stop()
+    with transaction.atomic():
+        assert send_signal(call, "go", 3) is True  # red before: BrokerUnavailable
+    assert OutboxJob.objects.count() == 1
+    down.start()
+    relay()
+    drain()
+    assert get_run(call).output == {"value": 3, "received": True}  # type: ignore[union-attr]
