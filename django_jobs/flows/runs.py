@@ -39,7 +39,8 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
     The first signal of a name wins (later ones: False); one sent before the flow waits for it
     is kept for that wait; one sent after that wait timed out is False, and no replay ever
     turns that timed-out wait into a received one. False too for a call that has ended or
-    does not exist. The value must survive JSON (refused here, with FlowError).
+    does not exist. A duplicate that wakes the flow still waiting for it (a retry of a send
+    whose wake-up failed) is True. The value must survive JSON (refused here, with FlowError).
 
     Under the outbox (JOBS["OUTBOX"], use_outbox()) the signal travels in its event's outbox
     row (dropped by a rollback, kept with Redis down) and a worker delivers it: True at once,
@@ -52,11 +53,12 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
     if outbox_applies():
         publish(call_id, "", signal={"name": name, "value": value})
         return True
-    return deliver(call_id, name, dumps(value)) in ("wake", "kept")
+    return deliver(call_id, name, dumps(value)) in ("wake", "kept", "rewake")
 
 
 def deliver(call_id: str, name: str, value_json: str) -> str:
-    """flow_signal, then the wake-up event when the flow waits for it: flow_signal's answer."""
+    """flow_signal, then the wake-up event when the flow waits for it: flow_signal's answer,
+    or "rewake" for a duplicate that woke a flow still waiting for it."""
     s = store()
     answer = s.signal(call_id, name, value_json)
     if answer not in ("wake", "duplicate"):
@@ -66,10 +68,14 @@ def deliver(call_id: str, name: str, value_json: str) -> str:
         return answer
     if answer == "duplicate":
         # A duplicate wakes a flow still waiting for it too: the first send may have failed
-        # between its script and its event (Redis unreachable), and been retried.
+        # between its script and its event (Redis unreachable), and been retried. The wait is
+        # found as flow_signal finds it: wait:<name>, or the first_of's field await:<name>.
         wait = state.status.get(f"wait:{name}")
+        if wait is None and state.meta.get(f"await:{name}"):
+            wait = state.status.get(state.meta[f"await:{name}"])
         if state.meta.get("status") != "waiting" or '"state":"waiting"' not in (wait or ""):
             return answer
+        answer = "rewake"
     publish(call_id, state.meta.get("flow", ""))
     return answer
 

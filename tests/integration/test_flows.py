@@ -464,7 +464,7 @@ def test_signal__a_retried_send_wakes_a_flow_the_first_send_could_not(
         m.setattr(runs, "publish", down)
         with pytest.raises(BrokerUnavailable):
             send_signal(call, "go", 1)  # stored, but its wake-up event was not sent
-    assert send_signal(call, "go", 1) is False  # the retry: a duplicate, yet it wakes the flow
+    assert send_signal(call, "go", 1) is True  # the retry: a duplicate that woke the flow
     drain()
     assert get_run(call).output == {"value": 1, "received": True}  # type: ignore[union-attr]
 

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
+
+import pytest
 
 from django_jobs.conf import get_settings
-from django_jobs.flows import get_run, send_signal
+from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.flows import get_run, runs, send_signal
 from django_jobs.flows.events import publish
 from django_jobs.testing import run_burst
 from testproject.shop.people import First, FirstOf
@@ -89,3 +93,22 @@ def test_first_of__the_time_first_refuses_the_late_signal(redis_ns: RedisNamespa
     wait_until(lambda: drain() or get_run(call).status == "succeeded", timeout=10)  # type: ignore[union-attr]
     assert get_run(call).output == {"winner": None, "value": None, "timed_out": True}  # type: ignore[union-attr]
     assert send_signal(call, "go", 1) is False
+
+
+def test_first_of__a_retried_signal_whose_wake_up_failed_wakes_the_run(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    call = FirstOf.start(First(timeout=None))
+    drain()
+    assert get_run(call).status == "waiting"  # type: ignore[union-attr]
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise BrokerUnavailable("Redis did not answer")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(runs, "publish", unreachable)
+        with pytest.raises(BrokerUnavailable):
+            send_signal(call, "go", 1)  # stored, its wake-up event lost
+    assert send_signal(call, "go", 1) is True  # the retry woke it (red before: False)
+    drain()
+    assert get_run(call).output == {"winner": "go", "value": 1, "timed_out": False}  # type: ignore[union-attr]
