@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router, transaction
 from django.db.models import Count, Min
 from django.utils import timezone
 
@@ -49,7 +49,12 @@ SKIP_AFTER_FAILURE = 5.0
 clock = time.monotonic
 #: The name of the heartbeat row (OutboxRelay).
 RELAY_ROW = "relay"
+#: Row ids per claiming DELETE (under every database's limit of query parameters).
+CLAIM_CHUNK = 1000
 
+
+#: The answer for a row left to the relay.
+OUTBOX_KEPT = Accepted(OUTBOXED)
 
 _block: ContextVar[bool] = ContextVar("django_jobs_outbox", default=False)
 
@@ -106,14 +111,22 @@ class OutboxBackend:
         self.skip: tuple[object, float] | None = None
 
     def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
-        kept = [Accepted(OUTBOXED)] * len(submissions)
+        kept = [OUTBOX_KEPT] * len(submissions)
+        mine: set[str] = set()
         broker = get_broker()
         ids = ", ".join(f"{s.job.name} {s.message.id}" for s in submissions)
         if self.skip is not None and self.skip[0] is broker and clock() < self.skip[1]:
             logger.debug("outbox: Redis did not answer lately; left to the relay: %s", ids)
             return kept
+        sent: list[Accepted] | None = None
         try:
-            answers = self.redis.submit(submissions)
+            # Claim, send and delete in one transaction: a relay sends none of the rows this
+            # claims, and a crash (or Redis failing) rolls the claim back, so the rows stay.
+            with transaction.atomic(using=self.using):
+                mine = claim([s.message.id for s in submissions], self.using)
+                chosen = [s for s in submissions if s.message.id in mine]
+                if chosen:
+                    sent = self.redis.submit(chosen)
         except BrokerUnavailable as exc:
             if not isinstance(exc, BrokerRefused):
                 self.skip = (broker, clock() + SKIP_AFTER_FAILURE)
@@ -123,14 +136,37 @@ class OutboxBackend:
                 len(submissions), exc, ids, SKIP_AFTER_FAILURE,
             )  # fmt: skip
             return kept
-        try:
-            OutboxJob.objects.using(self.using).filter(
-                job_id__in=[s.message.id for s in submissions]
-            ).delete()
         except DatabaseError as exc:
-            # Sent, but the rows stay: the relay sends them again, which changes nothing.
+            if sent is None:
+                logger.warning("outbox: could not claim the rows (%s): left to the relay", exc)
+                return kept
+            # Sent, but the delete did not commit: the relay sends them again (one task each).
             logger.warning("outbox: sent, but could not delete the rows (%s): relayed again", exc)
-        return answers
+        answers = iter(sent or [])
+        # A row the relay took first (a long transaction) is the relay's: "outboxed" here.
+        return [next(answers) if s.message.id in mine else OUTBOX_KEPT for s in submissions]
+
+
+def claim(job_ids: Sequence[str], using: str) -> set[str]:
+    """Delete the rows of `job_ids` that no relay has taken or tried, in the caller's
+    transaction; the ids deleted, which the caller sends before it commits.
+
+    PostgreSQL: rows a relay has locked are skipped (SKIP LOCKED: no wait). SQLite: the DELETE
+    takes the database's write lock, and the relay marks the rows it takes (retry_at) first.
+    """
+    connection = connections[using]
+    meta = OutboxJob._meta
+    table, pk = connection.ops.quote_name(meta.db_table), meta.pk.column
+    taken: set[str] = set()
+    with connection.cursor() as cursor:
+        for at in range(0, len(job_ids), CLAIM_CHUNK):
+            chunk = list(job_ids[at : at + CLAIM_CHUNK])
+            where = f"job_id IN ({', '.join(['%s'] * len(chunk))}) AND retry_at IS NULL"
+            if connection.features.has_select_for_update_skip_locked:
+                where = f"{pk} IN (SELECT {pk} FROM {table} WHERE {where} FOR UPDATE SKIP LOCKED)"
+            cursor.execute(f"DELETE FROM {table} WHERE {where} RETURNING job_id", chunk)
+            taken.update(row[0] for row in cursor.fetchall())
+    return taken
 
 
 _backends: dict[str, OutboxBackend] = {}

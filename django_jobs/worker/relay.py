@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from django_jobs.backends import outbox
 from django_jobs.broker.redis import RedisBroker
+from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.jobs import registry
 from django_jobs.models import OutboxJob, OutboxRelay
 from django_jobs.worker.loop import Clock, Component
@@ -71,6 +72,8 @@ class Relay(Component):
         self.beat_at = -BEAT
         #: The databases whose last tick failed (one log line per change, not one per tick).
         self.db_failing: set[str] = set()
+        #: The mark of the rows taken by the last SQLite batch (see `_take`).
+        self.taken_until = timezone.now()
 
     def tick(self) -> None:
         # No database connection is kept between ticks: none may cross the fork of a child.
@@ -112,8 +115,15 @@ class Relay(Component):
         else:
             if not self._lease(alias):
                 return False
-            rows = list(self._due(alias)[: self.batch])
-            sent = self._send(rows, alias)
+            rows = self._take(list(self._due(alias)[: self.batch]), alias)
+            try:
+                sent = self._send(rows, alias)
+            except BrokerUnavailable:
+                # Due again at the next tick, not LEASE later.
+                OutboxJob.objects.using(alias).filter(
+                    pk__in=[row.pk for row in rows], retry_at=self.taken_until
+                ).update(retry_at=None)
+                raise
         self._beat(alias, sent)
         return len(rows) >= self.batch
 
@@ -125,6 +135,17 @@ class Relay(Component):
             .filter(Q(retry_at__isnull=True, created_at__lte=fresh) | Q(retry_at__lte=now))
             .order_by("pk")
         )
+
+    def _take(self, rows: list[OutboxJob], alias: str) -> list[OutboxJob]:
+        """Mark the rows this relay sends (retry_at: LEASE ahead) before sending them, on a
+        database without row locks: the fast path leaves a marked row alone, and a row its
+        fast path deleted meanwhile is gone from the answer (it is being sent there)."""
+        if not rows:
+            return rows
+        until = self.taken_until = timezone.now() + timedelta(seconds=LEASE)
+        picked = OutboxJob.objects.using(alias).filter(pk__in=[row.pk for row in rows])
+        picked.update(retry_at=until)
+        return list(picked.filter(retry_at=until).order_by("pk"))
 
     def _send(self, rows: list[OutboxJob], alias: str) -> int:
         # JOBS["QUEUES"] and the flows' pair (flows enqueue their events like jobs).
