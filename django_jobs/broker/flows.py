@@ -21,6 +21,7 @@ the listing drops index entries whose call is gone.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -125,8 +126,8 @@ class FlowStore:
         if key is not None:
             keys.append(k.idempotency(flow, key))
         window = max(1, round(self.settings.idempotency_window * 1000))
-        status, value = self._run("flow_start", keys, [call_id, flow, input_json, metadata_json,
-                                                       window, version])  # fmt: skip
+        args = [call_id, flow, input_json, metadata_json, window, version, uuid.uuid4().hex]
+        status, value = self._run("flow_start", keys, args)
         return str(status), str(value)
 
     def acquire(self, call_id: str) -> Acquired:

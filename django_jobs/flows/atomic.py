@@ -1,7 +1,9 @@
 """`ctx.step(name, fn, atomic=True)`: a step whose database effect happens once.
 
 The step's function runs inside one transaction (the default database) that also inserts the
-step's ProcessedTask row (idempotency.claim, key `flow:<call>:<step>`): the row exists if and
+step's ProcessedTask row (idempotency.claim, key `flow:<call>:<nonce>:<step>`: the nonce is
+the run's, written by flow_start, so that a call id reused once the run expired, before its
+rows did, is a new run's key): the row exists if and
 only if the step's ORM writes committed. Before that commit, still inside the transaction,
 the replay writes the step's value to the call's meta hash (`pv:<step>`, under its epoch: a
 replay fenced out writes nothing and its transaction rolls back). So:
@@ -38,9 +40,10 @@ if TYPE_CHECKING:
 after_commit: Callable[[Context, str], None] | None = None
 
 
-def step_key(call_id: str, name: str) -> str:
-    """The ProcessedTask key of an atomic step (a digest when it would be too long)."""
-    key = f"flow:{call_id}:{name}"
+def step_key(call_id: str, name: str, nonce: str = "") -> str:
+    """The ProcessedTask key of an atomic step of the run with that nonce (meta field `nonce`;
+    a run started before nonces has none): a digest when it would be too long."""
+    key = f"flow:{call_id}:{nonce}:{name}" if nonce else f"flow:{call_id}:{name}"
     if len(key) > MAX_KEY:
         key = f"flow:{hashlib.sha256(key.encode()).hexdigest()}"
     return key
@@ -48,7 +51,9 @@ def step_key(call_id: str, name: str) -> str:
 
 def committed_value(ctx: Context, name: str) -> tuple[Any] | None:
     """(value,) if the step's transaction has committed, else None."""
-    if not ProcessedTask.objects.filter(key=step_key(ctx.call_id, name)).exists():
+    if not ProcessedTask.objects.filter(
+        key=step_key(ctx.call_id, name, ctx._meta.get("nonce", ""))
+    ).exists():
         return None
     return (_pending(ctx, name, reload=False),)
 
@@ -62,7 +67,7 @@ def run_atomic(
 ) -> Any:
     """fn(*args, **kwargs) in one transaction with the step's row and its value in Redis."""
     with transaction.atomic():
-        if not claim(step_key(ctx.call_id, name)):
+        if not claim(step_key(ctx.call_id, name, ctx._meta.get("nonce", ""))):
             # Another replay of this call committed it while we waited for its transaction.
             return _pending(ctx, name, reload=True)
         value = fn(*args, **kwargs)

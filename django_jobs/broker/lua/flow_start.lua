@@ -12,6 +12,8 @@
 -- ARGV[4]  metadata (JSON)
 -- ARGV[5]  lifetime of the idempotency key in milliseconds (used only with KEYS[5])
 -- ARGV[6]  the version of the flow's code starting it (Flow.version; "1" if absent)
+-- ARGV[7]  the run's nonce (a uuid): its atomic steps' keys, so a call id reused after the run
+--          expired is a new run to them (optional)
 -- Returns  {"ok", call}         recorded
 --          {"exists", status}   this call id is already recorded (a replayed or repeated
 --                               start): nothing changed
@@ -39,6 +41,9 @@ end
 local now = clock()
 redis.call('HSET', KEYS[1], 'flow', ARGV[2], 'input', ARGV[3], 'metadata', ARGV[4],
   'status', 'running', 'epoch', 0, 'created_at', tostring(now), 'version', ARGV[6] or '1')
+if ARGV[7] then
+  redis.call('HSET', KEYS[1], 'nonce', ARGV[7])
+end
 redis.call('ZADD', KEYS[3], now, ARGV[1])
 redis.call('ZADD', KEYS[4], now, ARGV[1])
 if KEYS[5] then
