@@ -35,11 +35,12 @@ if TYPE_CHECKING:
 
 
 def child_call_id(parent: str, name: str) -> str:
-    """ "<parent>.<name>", or a digest of it when that is not a valid call id."""
+    """ "<parent>.<name>", or, when that is not a valid call id, the parent's first 40
+    characters and a digest of the whole "<parent>.<name>" (two long parents never share one)."""
     call_id = f"{parent}.{name}"
     if CALL_ID_RE.match(call_id):
         return call_id
-    return f"{parent[:60]}.{hashlib.sha256(name.encode()).hexdigest()[:32]}"
+    return f"{parent[:40]}.{hashlib.sha256(call_id.encode()).hexdigest()[:48]}"
 
 
 def start_child(ctx: Context, flow: type[Flow[Any, Any]], input: Any, name: str, wait: bool) -> Any:

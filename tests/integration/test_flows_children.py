@@ -7,6 +7,8 @@ import pytest
 
 from django_jobs.conf import get_settings
 from django_jobs.flows import cancel, get_run
+from django_jobs.flows.base import CALL_ID_RE
+from django_jobs.flows.children import child_call_id
 from django_jobs.flows.details import get_run_detail
 from django_jobs.flows.events import publish
 from django_jobs.testing import run_burst
@@ -98,3 +100,12 @@ def test_children__a_finish_whose_worker_died_before_telling_the_parent_tells_it
 
     publish(f"{parent}.nap", NapFlow.name)  # the dead worker's event, delivered again
     wait_until(lambda: drain() or status(parent) == "succeeded", timeout=10)
+
+
+def test_child_call_id__long_parents_sharing_60_characters_get_distinct_children() -> None:
+    a, b = "p" * 60 + "-a" * 18, "p" * 60 + "-b" * 18  # 96 characters, one 60-long prefix
+    assert child_call_id("order", "ship") == "order.ship"
+    ids = {child_call_id(parent, "step") for parent in (a, b)}
+    assert len(ids) == 2  # red before: both were <parent[:60]>.<sha(name)>
+    assert all(CALL_ID_RE.match(i) for i in ids)
+    assert child_call_id(a, "step") == child_call_id(a, "step")
