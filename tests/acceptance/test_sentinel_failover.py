@@ -12,6 +12,7 @@ an enqueue acknowledged is never lost; without, it may be (counted, not asserted
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections import Counter
@@ -123,3 +124,31 @@ def test_runworker__follows_a_sentinel_failover(
     finally:
         worker.kill()
         get_broker().client.connection_pool.disconnect()
+
+
+def test_runworker__on_sentinel_an_idle_worker_stops_at_once_on_sigterm(
+    sentinel_setup: SentinelSetup,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # Given an idle worker on the Sentinel URL, both children blocked on the primary for work
+    url = sentinel_setup.url
+    plain = f"redis://127.0.0.1:{sentinel_setup.primary.port}/0"  # the cache's, unused
+    worker = Worker(plain, f"test-{uuid.uuid4().hex[:12]}", tmp_path / "worker.log")
+    worker.start("--concurrency", "2", REDIS_URL=url)
+    try:
+        primary = sentinel_setup.primary.client()
+        wait_until(
+            lambda: sum("b" in c["flags"] for c in primary.client_list()) == 2,
+            timeout=20, why=worker.output,
+        )  # fmt: skip
+
+        # When it is told to stop
+        sent = time.monotonic()
+        worker.signal(signal.SIGTERM)
+
+        # Then it exits at once: each child's handler unblocked its wait through a connection
+        # to the primary the sentinels name (a wait left to time out lasts up to 5 s)
+        assert worker.wait(timeout=20) == 0, worker.output()
+        assert time.monotonic() - sent < 1.5, worker.output()
+    finally:
+        worker.kill()
