@@ -61,7 +61,8 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     `ScriptCalls._round_trip`). `blocking` is the longest BLPOP the client will issue, added to
     its read timeout.
     A URL that does not parse is an ImproperlyConfigured naming it redacted (redis-py's own
-    error would show the password).
+    error would show the password). A `redis+sentinel://` URL gives a client of the primary
+    the sentinels name (`topology.sentinel_client`), with the same options.
     """
     try:
         sentinel = parse_sentinel_url(url) if url.startswith(f"{SENTINEL_SCHEME}:") else None
