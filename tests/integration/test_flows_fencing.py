@@ -9,7 +9,7 @@ from django_jobs.broker.factory import get_broker
 from django_jobs.broker.flows import REPLAY_FIELD, FlowStore
 from django_jobs.broker.protocol import Delivery
 from django_jobs.conf import get_settings
-from django_jobs.flows import cancel, get_run
+from django_jobs.flows import Context, Flow, cancel, get_run
 from django_jobs.worker.heartbeat import Heartbeat
 from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
 from tests.conftest import RedisNamespace
@@ -17,6 +17,30 @@ from tests.conftest import RedisNamespace
 
 def delivery(task_id: str, queue: str) -> Delivery:
     return Delivery(task_id, queue, b"", 0, 0, "1", None, None, 0.0)
+
+
+#: What the heartbeat's renewal answered during Hooked's hooks.
+RENEWED: list[list[tuple[Delivery, str]]] = []
+
+
+class Hooked(Flow[Steps]):
+    def run(self, ctx: Context, input: Steps) -> Any:
+        n = ctx.step("one", int, input.n)  # marks the event's record for the heartbeat
+        if input.label == "fail":
+            raise RuntimeError("on purpose")
+        return n
+
+    def on_success(self, ctx: Context, output: Any) -> None:
+        self.tick(ctx)
+
+    def on_failure(self, ctx: Context, error: BaseException) -> None:
+        self.tick(ctx)
+
+    def tick(self, ctx: Context) -> None:
+        """The supervisor's heartbeat ticking now, during the hook."""
+        event = ctx._event
+        assert event is not None
+        RENEWED.append(FlowStore(get_broker()).renew([delivery(event.job_id, event.queue)]))
 
 
 def test_write__a_replay_taken_over_writes_nothing(redis_ns: RedisNamespace) -> None:
@@ -119,3 +143,26 @@ def test_replay__a_lease_that_expired_untaken_goes_on_in_a_fresh_event(
     assert run is not None
     assert run.status == "succeeded"
     assert len(outcomes) == 2  # the first replay's write was refused; a fresh event went on
+
+
+def test_heartbeat__a_tick_during_a_hook_does_not_interrupt_it(redis_ns: RedisNamespace) -> None:
+    from django_jobs.testing import run_burst
+
+    RENEWED.clear()
+    calls = [Hooked.start(Steps(n=1)), Hooked.start(Steps(n=1, label="fail"))]
+    run_burst(list(get_settings().flow_queues))
+    assert [get_run(c).status for c in calls] == ["succeeded", "failed"]  # type: ignore[union-attr]
+    assert RENEWED == [[], []]  # red before: "lost" for both, the hooks interrupted
+
+
+def test_renew__a_lease_gone_under_a_newer_epoch_is_lost(redis_ns: RedisNamespace) -> None:
+    broker = get_broker()
+    store = FlowStore(broker)
+    critical = get_settings().flow_queues[0]
+    call = WaitFlow.start(Wait(), call_id="call-gone")
+    old = store.acquire(call)
+    redis_ns.client.hset(broker.keys(critical).task("t1"), REPLAY_FIELD, f"{call} {old.epoch}")
+    assert store.write(call, old.epoch, "release") == "ok"  # the lease is gone, the epoch kept
+    assert store.renew([delivery("t1", critical)]) == []
+    redis_ns.client.hincrby(store.keys.meta(call), "epoch", 1)  # a newer replay took and left it
+    assert [why for _, why in store.renew([delivery("t1", critical)])] == ["lost"]
