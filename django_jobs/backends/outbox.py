@@ -3,9 +3,10 @@
 - `write(submissions, using)` inserts one row per task in the current transaction: a rollback
   takes the rows with it, so the jobs never existed.
 - `OutboxBackend(using).submit(...)` is the fast path, run once the rows have committed (by the
-  client's `CommitBatch`, one round trip per transaction, or at once outside a transaction): it
-  sends the tasks through the Redis backend and deletes their rows. Redis unavailable (or
-  refusing): the rows stay and each task's state is OUTBOXED; a worker's relay sends them.
+  client's `CommitBatch`, one round trip per transaction, or at once outside a transaction): in
+  one transaction it claims its rows (`claim`: deletes those no relay has taken), sends their
+  tasks through the Redis backend and commits. Redis unavailable (or refusing): the claim rolls
+  back, the rows stay and each task's state is OUTBOXED; a worker's relay sends them.
 - `send_rows(rows, using)` is what the relay sends (django_jobs.worker.relay picks the rows):
   oldest id first, one round trip per batch, a row deleted only after Redis accepted its task.
   Sending a row twice leaves one task: the enqueue script refuses an id it has written.

@@ -9,9 +9,11 @@ once, so a backlog drains in short steps with the supervisor's own work in betwe
   FOR UPDATE SKIP LOCKED and sent inside that transaction, so several workers relay at once
   without sending one row twice; each takes the rows the others have not locked.
 - SQLite (no row locks): one relay at a time, by a lease in the OutboxRelay row (taken or
-  renewed each tick by one UPDATE, lasting LEASE seconds); no transaction is held while Redis is
+  renewed each tick by one UPDATE, lasting LEASE seconds); the batch is marked (retry_at) before
+  it is sent, and the fast path leaves marked rows alone; no transaction is held while Redis is
   called, so web requests keep writing meanwhile.
-- Rows younger than FRESH seconds are left to their own fast path (it is about to send them).
+- Rows younger than FRESH seconds are left to their own fast path (it is about to send them):
+  to save work only; the fast path's claim is what keeps a row from being sent by both.
 - A row is deleted only after Redis accepted its task; sending twice leaves one task.
 - A row whose queue is neither in this worker's JOBS["QUEUES"] nor one of the flows' pair, or
   whose job this worker does not know, is held back (attempts counted, the error kept, tried
