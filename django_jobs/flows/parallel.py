@@ -6,7 +6,8 @@ crash runs only the items not recorded. No item wakes the flow: the replay that 
 waits for the pool and goes on, so a fan-out of 1,000 is one replay, not 1,000 (and never more
 than `limit` items at once). A failed item is retried after its backoff by a later replay
 (a timer event), its finished siblings memoised; one whose attempts are spent fails the fan-out
-with StepFailed naming it.
+with StepFailed naming it (and is never run again: a replay that finds it recorded failed, its
+worker having died before the fan-out's failure was written, fails the fan-out at once).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from django.db import connections
 
@@ -46,6 +47,9 @@ def run_parallel(
         raise StepFailed(name, group.get("error", ""))
     now = time.time()
     items = {i: ctx._record(f"item:{name}#{i}") for i in range(len(calls))}
+    spent = [i for i, rec in items.items() if rec.get("state") == "failed"]
+    if spent:  # recorded by a replay that died before it failed the group: fail it now
+        _fail(ctx, field, {"n": len(calls), "limit": limit, "started_at": now}, spent, items)
     todo = [i for i, rec in items.items() if rec.get("state") != "done"]
     waiting = [items[i]["next_at"] for i in todo if items[i].get("next_at", 0) > now]
     if waiting and len(waiting) == len(todo):
@@ -100,9 +104,7 @@ def run_parallel(
         raise problem[0]
     failed = [i for i in todo if items[i].get("state") == "failed"]
     if failed:
-        group.update(state="failed", error=f"item {failed[0]}: {items[failed[0]]['error']}")
-        ctx.write(status={field: group})
-        raise StepFailed(name, group["error"])
+        _fail(ctx, field, group, failed, items)
     if any(not items[i].get("state") for i in todo):  # handed over half-way (the budget)
         raise ctx.suspend({}, "running", time.time())
     retrying = [items[i]["next_at"] for i in todo if items[i].get("state") == "retrying"]
@@ -111,6 +113,19 @@ def run_parallel(
     group.update(state="done", finished_at=time.time())
     ctx.write(status={field: group})
     return [json.loads(ctx._meta[f"v:{name}#{i}"]) for i in range(len(calls))]
+
+
+def _fail(
+    ctx: Context,
+    field: str,
+    group: dict[str, Any],
+    failed: Sequence[int],
+    items: dict[int, dict[str, Any]],
+) -> NoReturn:
+    """Record the fan-out failed by its first failed item, and raise StepFailed naming it."""
+    group.update(state="failed", error=f"item {failed[0]}: {items[failed[0]].get('error', '')}")
+    ctx.write(status={field: group})
+    raise StepFailed(field.partition(":")[2], group["error"])
 
 
 def _call(item: Any) -> Any:
