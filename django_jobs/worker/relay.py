@@ -189,6 +189,22 @@ class Relay(Component):
             )
         return bool(taken)
 
+    def stop(self) -> None:
+        """Give back the single-relay lease (a graceful stop): another worker relays at its next
+        tick, not LEASE seconds later. A database that fails keeps it until it expires."""
+        try:
+            for alias in outbox.aliases():
+                if connections[alias].features.has_select_for_update_skip_locked:
+                    continue  # row locks: no lease
+                try:
+                    OutboxRelay.objects.using(alias).filter(
+                        name=outbox.RELAY_ROW, holder=self.worker_id
+                    ).update(holder="", lease_until=None)
+                except DatabaseError as exc:
+                    self.logger.debug("could not give back the relay lease of %r: %s", alias, exc)
+        finally:
+            connections.close_all()
+
     def _beat(self, alias: str, sent: int) -> None:
         """Write the heartbeat row: now, after work, or BEAT seconds after the last write."""
         if not sent and self.clock() - self.beat_at < BEAT:

@@ -98,6 +98,7 @@ class Supervisor:
             broker, self.worker_id, self.info(), self.running, on_lost=self._lease_lost
         )
         self.backlog = Backlog(broker)
+        self.relay = Relay(broker, self.worker_id)
         self.ticker = Ticker(
             [
                 self.heartbeat,
@@ -105,7 +106,7 @@ class Supervisor:
                 Recoverer(broker, self.queues, renew=self.heartbeat.renew),
                 Janitor(broker, self.queues),
                 Scheduler(broker),
-                Relay(broker, self.worker_id),
+                self.relay,
                 self.backlog,
             ]
         )
@@ -159,6 +160,7 @@ class Supervisor:
                 self.heartbeat.stop()
             except BrokerUnavailable:
                 pass  # the entry expires on its own
+            self.relay.stop()
         logger.info("worker %s stopped", self.worker_id)
         return self.exit_code
 

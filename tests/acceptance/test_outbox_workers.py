@@ -13,9 +13,11 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from django.utils import timezone
 
 from django_jobs.backends import outbox
 from django_jobs.broker.protocol import Accepted
-from django_jobs.models import OutboxJob
+from django_jobs.models import OutboxJob, OutboxRelay
 from testproject.probes.jobs import Tally, Work
 from tests.acceptance.conftest import ROOT, Worker, probe
 from tests.conftest import RedisNamespace, wait_until
@@ -200,3 +202,33 @@ def test_outbox__two_workers_on_sqlite_relay_one_at_a_time_and_run_each_job_once
     relayed = [sum(map(int, RELAYED.findall(w.output()))) for w in workers]
     assert sum(relayed) == 3000, relayed  # one relay at a time: nothing sent twice
     assert not any("database is locked" in w.output() for w in workers)
+
+
+def test_outbox__a_worker_stopped_gracefully_on_sqlite_gives_back_the_relay_lease(
+    redis_ns: RedisNamespace, tmp_path: Path
+) -> None:
+    path = tmp_path / "outbox.sqlite3"
+    url = f"sqlite:///{path}"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env.update(
+        DJANGO_SETTINGS_MODULE="testproject.settings", DATABASE_URL=url, REDIS_URL=redis_ns.url,
+        JOBS_NAMESPACE=redis_ns.namespace, JOBS_EXTRA=json.dumps({"OUTBOX": True}),
+    )  # fmt: skip
+    subprocess.run([sys.executable, "-c", BACKLOG, "3"], cwd=ROOT, env=env, check=True, timeout=60)
+    worker = Worker(redis_ns.url, redis_ns.namespace, tmp_path / "w.log", url).start(OUTBOX=True)
+
+    def holder() -> str:
+        with closing(sqlite3.connect(path)) as db:
+            found = db.execute(
+                f"SELECT holder FROM {OutboxRelay._meta.db_table} WHERE name = 'relay'"
+            ).fetchone()
+        return "" if found is None else str(found[0])
+
+    try:
+        wait_until(lambda: sum(tally(redis_ns).values()) >= 3, timeout=30, why=worker.output)
+        assert holder()  # it relayed, so it holds the lease
+        worker.signal(signal.SIGTERM)
+        assert worker.wait() == 0, worker.output()[-3000:]
+    finally:
+        worker.kill()
+    assert holder() == ""  # the next worker relays at once, not 10 s later

@@ -329,3 +329,21 @@ def test_outbox__rows_on_the_flows_queues_are_relayed(
 
     assert not OutboxJob.objects.exists()
     assert [get_broker().task_state(h.queue, h.id) for h in handles] == ["pending", "pending"]
+
+
+@pytest.mark.skipif(
+    connection.vendor == "postgresql", reason="PostgreSQL relays by row locks, not the lease"
+)
+def test_outbox__a_relay_stopping_gives_back_the_sqlite_lease(
+    redis_ns: RedisNamespace, no_fast_path: None
+) -> None:
+    first, second = relay("w-1"), relay("w-2")
+    first.relay(connection.alias)  # takes the lease
+    assert OutboxRelay.objects.get().holder == "w-1"
+
+    first.stop()
+
+    assert OutboxRelay.objects.get().holder == ""
+    assert second._lease(connection.alias)  # at once, not LEASE seconds later
+    first.stop()  # not the holder: changes nothing
+    assert OutboxRelay.objects.get().holder == "w-2"
