@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 SENTINEL_SCHEME = "redis+sentinel"
+#: The Cluster form the settings' check names as not supported yet (issue 20).
+CLUSTER_SCHEME = "redis+cluster"
 SENTINEL_PORT = 26379
 
 
