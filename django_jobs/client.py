@@ -156,7 +156,7 @@ def resolve(job: type[Job[Any]], options: Options, settings: JobsSettings) -> Re
 
     Zero or None means "the default", except for retention, where 0 means "keep nothing".
     """
-    queue = options.queue or job.queue
+    queue = options.queue or job.default_queue()
     if queue not in settings.queues and queue not in settings.flow_queues:
         raise UnknownQueue(queue, settings.queues)
     if options.delay is not None and options.eta is not None:

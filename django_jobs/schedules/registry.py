@@ -208,7 +208,7 @@ def _check_entry(
     if job is not None:
         payload, bad = _payload(name, entry, job)
         errors += bad
-    queue = entry.get("queue", job.queue if job is not None else None)
+    queue = entry.get("queue", job.default_queue() if job is not None else None)
     if queue is not None and queue not in queues:
         errors.append(
             _error(

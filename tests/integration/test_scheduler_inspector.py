@@ -79,3 +79,35 @@ def test_inspector_pause_schedule__paused_has_no_next_fire_and_does_not_fire(
     scheduler.tick()
     (fire,) = inspector.fire_history("sync")
     assert fire.fire_time == datetime.fromtimestamp(fire_time + 30, UTC)
+
+
+def test_run_schedule_now__the_job_s_default_queue_hook_decides_its_queue(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    """A job whose queue comes from `default_queue()` (as the mail jobs' JOBS['EMAIL_QUEUE'])
+    is fired onto that queue, as its enqueue would send it, not onto its `queue` attribute."""
+    from dataclasses import dataclass
+
+    from django_jobs import Job
+    from django_jobs.jobs import registry
+
+    @dataclass
+    class Empty:
+        pass
+
+    class LowByHook(Job[Empty]):
+        name = "tests.LowByHook"
+
+        @classmethod
+        def default_queue(cls) -> str:
+            return "low"
+
+        def run(self, payload: Empty) -> None:
+            pass
+
+    try:
+        settings.JOBS = {**settings.JOBS, "SCHEDULE": {"s": {"job": LowByHook.name, "every": 30}}}
+        task_id = Inspector(get_broker()).run_schedule_now("s")
+        assert get_broker().task_state("low", task_id) == State.PENDING
+    finally:
+        registry.jobs.pop(LowByHook.name, None)
