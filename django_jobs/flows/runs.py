@@ -39,8 +39,9 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
     The first signal of a name wins (later ones: False); one sent before the flow waits for it
     is kept for that wait; one sent after that wait timed out is False, and no replay ever
     turns that timed-out wait into a received one. False too for a call that has ended or
-    does not exist. A duplicate that wakes the flow still waiting for it (a retry of a send
-    whose wake-up failed) is True. The value must survive JSON (refused here, with FlowError).
+    does not exist. A duplicate of the same value that wakes the flow still waiting for it (a
+    retry of a send whose wake-up failed) is True. The value must survive JSON (refused here,
+    with FlowError).
 
     Under the outbox (JOBS["OUTBOX"], use_outbox()) the signal travels in its event's outbox
     row (dropped by a rollback, kept with Redis down) and a worker delivers it: True at once,
@@ -58,7 +59,8 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
 
 def deliver(call_id: str, name: str, value_json: str) -> str:
     """flow_signal, then the wake-up event when the flow waits for it: flow_signal's answer,
-    or "rewake" for a duplicate that woke a flow still waiting for it."""
+    or "rewake" for a duplicate of the same value (a retry) that woke a flow still waiting for
+    it (one of another value wakes it too, and stays "duplicate": the first won)."""
     s = store()
     answer = s.signal(call_id, name, value_json)
     if answer not in ("wake", "duplicate"):
@@ -75,7 +77,8 @@ def deliver(call_id: str, name: str, value_json: str) -> str:
             wait = state.status.get(state.meta[f"await:{name}"])
         if state.meta.get("status") != "waiting" or '"state":"waiting"' not in (wait or ""):
             return answer
-        answer = "rewake"
+        if state.meta.get(f"sig:{name}") == value_json:  # a retry of that send: it wakes it
+            answer = "rewake"
     publish(call_id, state.meta.get("flow", ""))
     return answer
 
