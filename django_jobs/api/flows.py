@@ -10,13 +10,15 @@ signal of that name came first, its wait timed out) is 409 with the run's status
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import Serializer
 from rest_framework.utils.urls import replace_query_param
 
 from django_jobs.api.flow_serializers import (
@@ -45,6 +47,20 @@ CALL_ID_PARAMETER = OpenApiParameter(
 UNKNOWN = OpenApiResponse(ErrorSerializer, "No run of that call id (or past its retention).")
 BAD_REQUEST = OpenApiResponse(VALIDATION_ERROR, "A malformed call id, query or body.")
 CONFLICT = OpenApiResponse(FlowConflictSerializer, "The run no longer takes this.")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def change_schema(
+    operation_id: str, summary: str, request: type[Serializer[Any]], ok: type[Serializer[Any]]
+) -> Callable[[F], F]:
+    """The schema of a POST that changes one run: its body, 200 with ok, 400, 404 and 409."""
+    return extend_schema(
+        operation_id=operation_id,
+        summary=summary,
+        request=request,
+        responses={200: ok, 400: BAD_REQUEST, 404: UNKNOWN, 409: CONFLICT, **COMMON},
+    )
 
 
 def detail_data(detail: RunDetail) -> dict[str, Any]:
@@ -115,18 +131,7 @@ class FlowView(FlowAPIView):
 class FlowCancelView(FlowAPIView):
     needs = {"post": "change"}
 
-    @extend_schema(
-        operation_id="flows_cancel",
-        summary="Cancel a run",
-        request=CancelSerializer,
-        responses={
-            200: RunDetailSerializer,
-            400: BAD_REQUEST,
-            404: UNKNOWN,
-            409: CONFLICT,
-            **COMMON,
-        },
-    )
+    @change_schema("flows_cancel", "Cancel a run", CancelSerializer, RunDetailSerializer)
     def post(self, request: Request, call_id: str) -> Response:
         """Cancel a run: a sleeping or waiting one ends now; a running one is asked to stop
         (its running step is interrupted), and the answer may still say running."""
@@ -146,17 +151,8 @@ class FlowCancelView(FlowAPIView):
 class FlowSignalView(FlowAPIView):
     needs = {"post": "change"}
 
-    @extend_schema(
-        operation_id="flows_signal",
-        summary="Send a signal to a run",
-        request=SignalRequestSerializer,
-        responses={
-            200: SignalSentSerializer,
-            400: BAD_REQUEST,
-            404: UNKNOWN,
-            409: CONFLICT,
-            **COMMON,
-        },
+    @change_schema(
+        "flows_signal", "Send a signal to a run", SignalRequestSerializer, SignalSentSerializer
     )
     def post(self, request: Request, call_id: str) -> Response:
         """Deliver the signal `name` with `value`: the first of a name wins; one sent before
