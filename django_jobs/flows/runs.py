@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, overload
 
+from django.db import transaction
 from typing_extensions import TypeVar
 
 from django_jobs.broker.flows import CallState, dumps
@@ -43,15 +44,16 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
     retry of a send whose wake-up failed) is True. The value must survive JSON (refused here,
     with FlowError).
 
-    Under the outbox (JOBS["OUTBOX"], use_outbox()) the signal travels in its event's outbox
-    row (dropped by a rollback, kept with Redis down) and a worker delivers it: True at once,
-    meaning "written for delivery"; a late or duplicate one is then logged by the worker.
+    Under the outbox (JOBS["OUTBOX"], use_outbox()) inside atomic(), the signal travels in its
+    event's outbox row (dropped by a rollback, kept with Redis down) and a worker delivers it:
+    True at once, meaning "written for delivery"; a late or duplicate one is then logged by the
+    worker. Outside atomic() there is nothing to roll back: it is delivered now, as answered.
     """
     name = signal_name(name)
     problem = refuse_non_json(value)
     if problem:
         raise FlowError(f"signal {name!r}: its value {problem}")
-    if outbox_applies():
+    if outbox_applies() and transaction.get_connection().in_atomic_block:
         publish(call_id, "", signal={"name": name, "value": value})
         return True
     return deliver(call_id, name, dumps(value)) in ("wake", "kept", "rewake")

@@ -127,3 +127,13 @@ def test_signal__redis_down_writes_the_row_and_the_relay_delivers_it(down: Redis
     relay()
     drain()
     assert get_run(call).output == {"value": 3, "received": True}  # type: ignore[union-attr]
+
+
+def test_signal__outside_atomic_is_delivered_now_and_answered(outbox: RedisNamespace) -> None:
+    call = WaitFlow.start(Wait())
+    drain()
+    assert send_signal(call, "go", 1) is True
+    assert send_signal(call, "go", 2) is False  # the first won: answered as taken or not
+    assert send_signal("no-such-call", "go", 1) is False
+    drain()
+    assert get_run(call).output == {"value": 1, "received": True}  # type: ignore[union-attr]
