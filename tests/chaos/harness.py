@@ -72,6 +72,8 @@ class Worker:
         self.queues = tuple(queues)
         self.log_path = stage.dir / f"worker-{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        #: Variables set in its environment over the stage's (another REDIS_URL, say).
+        self.env: dict[str, str] = {}
 
     def start(self) -> Worker:
         args = [sys.executable, str(ROOT / "manage.py"), "runworker"]
@@ -82,7 +84,7 @@ class Worker:
             self.process = subprocess.Popen(
                 args,
                 cwd=ROOT,
-                env=self.stage.worker_env(self.name),
+                env={**self.stage.worker_env(self.name), **self.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group, to freeze or kill as a whole
@@ -376,8 +378,10 @@ class Run:
         """A stage on the Redis at url (default: the shared one), JOBS keys overridden."""
         return Stage(self, name, url or self.redis_url, extra)
 
-    def server(self, name: str, *, appendonly: bool = False) -> RedisServer:
-        server = RedisServer(self.tmp / f"redis-{name}", appendonly=appendonly)
+    def server(
+        self, name: str, *, appendonly: bool = False, extra: tuple[str, ...] = ()
+    ) -> RedisServer:
+        server = RedisServer(self.tmp / f"redis-{name}", appendonly=appendonly, extra=extra)
         self.servers.append(server)
         return server.start()
 

@@ -46,7 +46,9 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server the battery started on a free port: the only kind it stops or freezes."""
 
-    def __init__(self, directory: Path, *, appendonly: bool = False) -> None:
+    def __init__(
+        self, directory: Path, *, appendonly: bool = False, extra: tuple[str, ...] = ()
+    ) -> None:
         executable = shutil.which("redis-server")
         if executable is None:
             raise ChaosError("redis-server is not installed (apt-get install redis-server)")
@@ -54,6 +56,8 @@ class RedisServer:
         self.directory = directory
         self.directory.mkdir(parents=True, exist_ok=True)
         self.appendonly = appendonly
+        #: More redis-server arguments (`--appendfsync always`, say).
+        self.extra = extra
         self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -64,7 +68,7 @@ class RedisServer:
     def start(self) -> RedisServer:
         args = [self.executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", ""]
         args += ["--appendonly", "yes" if self.appendonly else "no"]
-        args += ["--dir", str(self.directory)]
+        args += ["--dir", str(self.directory), *self.extra]
         log = (self.directory / "redis.log").open("ab")
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_connect_timeout=0.2)
@@ -88,6 +92,13 @@ class RedisServer:
             self.process.send_signal(signal.SIGCONT)
             self.process.terminate()
             self.process.wait(timeout=30)
+        self.process = None
+
+    def crash(self) -> None:
+        """kill -9 it: what the AOF had not synced yet is gone."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=30)
         self.process = None
 
     def restart(self) -> None:

@@ -36,6 +36,10 @@ class Profile:
     #: restart with AOF), and how many kills.
     flows: int = 200
     flow_kills: int = 4
+    #: Scenario 13: partitions of a worker from Redis (through the proxy).
+    partitions: int = 1
+    #: Scenario 14: jobs drained direct, then as many through a proxy adding 50 ms.
+    slow_jobs: int = 100
 
 
 PROFILES = {
@@ -74,5 +78,7 @@ PROFILES = {
         oom_windows=4,
         flows=1000,
         flow_kills=10,
+        partitions=3,
+        slow_jobs=400,
     ),
 }

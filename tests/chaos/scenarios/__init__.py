@@ -9,6 +9,7 @@ from tests.chaos.harness import Run
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
 from tests.chaos.scenarios import (
+    aof,
     bad_input,
     flows,
     frozen_worker,
@@ -16,9 +17,11 @@ from tests.chaos.scenarios import (
     kills,
     oom,
     outage,
+    partition,
     poison,
     redis_faults,
     sigterm,
+    slow,
     soak,
     supervisor_kill,
 )
@@ -32,6 +35,8 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("3a", "3a Redis CLIENT KILL, SIGSTOP", redis_faults.connections_and_freeze),
     ("3b", "3b Redis restart, no persistence", redis_faults.restart_without_persistence),
     ("3c", "3c Redis restart, appendonly", redis_faults.restart_with_aof),
+    ("3d", "3d Redis kill -9, fsync always", aof.always),
+    ("3e", "3e Redis kill -9, fsync everysec", aof.everysec),
     ("4", "4 worker frozen past lease", frozen_worker.run),
     ("5", "5 handler holds the GIL", gil.run),
     ("6", "6 poison tasks", poison.run),
@@ -41,4 +46,6 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("10", "10 Redis paused past the lease", outage.run),
     ("11", "11 maxmemory, noeviction", oom.run),
     ("12", "12 flows: kill -9, Redis restart (AOF)", flows.run),
+    ("13", "13 partition worker/Redis, drops", partition.run),
+    ("14", "14 slow Redis (+50 ms)", slow.run),
 ]
