@@ -34,6 +34,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from django_jobs.conf import get_settings
+from django_jobs.conf.redact import REDACTED
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, JobsDisabled, TaskRunning
 from django_jobs.inspector import Inspector, TaskInfo, get_inspector
 from django_jobs.keys import State
@@ -63,7 +64,10 @@ def plural(count: int, word: str) -> str:
 
 
 def payload(task: TaskInfo, indent: int | None = None) -> str:
-    """A task's payload as JSON, or its raw message when it cannot be decoded."""
+    """A task's payload as JSON, or its raw message when it cannot be decoded; a sensitive
+    job's as REDACTED."""
+    if task.sensitive:
+        return REDACTED
     if task.payload is None:
         return task.raw
     return json.dumps(task.payload, indent=indent, ensure_ascii=False, sort_keys=True)
@@ -126,21 +130,14 @@ class JobsAdmin(ModelAdmin):
         template: str,
         title: str,
         build: Callable[[Inspector], dict[str, Any]],
+        *,
+        allowed: bool | None = None,
         **extra: Any,
     ) -> HttpResponse:
-        """Render a page from what build reads, or say why Redis cannot be read (view_task)."""
-        if not self.has_view_permission(request):
+        """Render a page from what build reads, or say why Redis cannot be read. Whether the
+        user may see it: allowed, by default view_task (or change_task)."""
+        if not (self.has_view_permission(request) if allowed is None else allowed):
             raise PermissionDenied
-        return self._render(request, template, title, build, **extra)
-
-    def _render(
-        self,
-        request: HttpRequest,
-        template: str,
-        title: str,
-        build: Callable[[Inspector], dict[str, Any]],
-        **extra: Any,
-    ) -> HttpResponse:
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
@@ -199,4 +196,6 @@ class JobsAdmin(ModelAdmin):
         the fields being sent back with the answer. The caller has checked the permission of
         the change: a user who may make it may be asked (delete_task alone lets one delete).
         """
-        return self._render(request, "confirm.html", title, ask, button=button, back=back)
+        return self.render(
+            request, "confirm.html", title, ask, allowed=True, button=button, back=back
+        )

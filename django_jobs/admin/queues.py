@@ -61,7 +61,7 @@ class QueueAdmin(JobsAdmin):
             return {"queues": rows}
 
         # The outbox is in the database: shown even when Redis cannot be read.
-        outbox = {"outbox": overview(), "outbox_on": get_settings().outbox}
+        outbox: dict[str, Any] = {"outbox": overview(), "outbox_on": get_settings().outbox}
         return self.render(request, "queues.html", "Queues", build, **outbox)
 
     def pause(self, request: HttpRequest, queue: str) -> HttpResponse:
