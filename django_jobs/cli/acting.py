@@ -38,6 +38,10 @@ Act = Callable[[Inspector, str, str], str | None]
 IDS = arg("ids", nargs="*", metavar="id", help="task ids")
 ALL_DEAD = arg("--all-dead", action="store_true", help="every dead task (of --queue, or all)")
 QUEUE = arg("--queue", help="with --all-dead: one queue (default: every configured queue)")
+#: The arguments of an action on tasks by id or on every dead one.
+ON_TASKS = (IDS, ALL_DEAD, QUEUE)
+#: What `delete --all-dead` and `purge` ask first.
+DELETE_ALL = "Delete all {count} of {queues}? Their idempotency keys are released."
 
 
 def plural(count: int, noun: str) -> str:
@@ -123,26 +127,31 @@ def _ids_or_all_dead(options: dict[str, Any]) -> bool:
     return bool(options["all_dead"])
 
 
-@subcommand("run dead or retrying tasks now (dead ones with a fresh budget of attempts)",
-            IDS, ALL_DEAD, QUEUE, destructive=True)  # fmt: skip
-def retry(session: Session, options: dict[str, Any]) -> None:
+def _on_ids_or_dead(
+    session: Session, options: dict[str, Any], verb: str, act: Act, dead: str, ids: str = ""
+) -> None:
+    """With --all-dead, act on every dead task of --queue (or every queue), asking dead first;
+    else act on each task id, asking ids first if given ({count}: how many tasks)."""
     if _ids_or_all_dead(options):
-        question = "Run all {count} of {queues} again now, each with a fresh budget of attempts?"
-        _on_states(session, options, State.DEAD, "retried", question)
-    else:
-        _on_ids(session, options["ids"], "retried", _retry)
+        _on_states(session, options, State.DEAD, verb, dead)
+        return
+    if ids:
+        confirm(session, ids.format(count=plural(len(options["ids"]), "task")))
+    _on_ids(session, options["ids"], verb, act)
+
+
+@subcommand("run dead or retrying tasks now (dead ones with a fresh budget of attempts)",
+            *ON_TASKS, destructive=True)  # fmt: skip
+def retry(session: Session, options: dict[str, Any]) -> None:
+    question = "Run all {count} of {queues} again now, each with a fresh budget of attempts?"
+    _on_ids_or_dead(session, options, "retried", _retry, question)
 
 
 @subcommand("delete tasks that are not running (their idempotency keys are released)",
-            IDS, ALL_DEAD, QUEUE, destructive=True)  # fmt: skip
+            *ON_TASKS, destructive=True)  # fmt: skip
 def delete(session: Session, options: dict[str, Any]) -> None:
-    if _ids_or_all_dead(options):
-        question = "Delete all {count} of {queues}? Their idempotency keys are released."
-        _on_states(session, options, State.DEAD, "deleted", question)
-        return
-    ids = options["ids"]
-    confirm(session, f"Delete {plural(len(ids), 'task')}? Their idempotency keys are released.")
-    _on_ids(session, ids, "deleted", _delete)
+    _on_ids_or_dead(session, options, "deleted", _delete, DELETE_ALL,
+                    "Delete {count}? Their idempotency keys are released.")  # fmt: skip
 
 
 @subcommand("cancel a task (not available yet)", arg("id", help="the task id"), destructive=True)
@@ -173,8 +182,7 @@ def resume(session: Session, options: dict[str, Any]) -> None:
     destructive=True,
 )
 def purge(session: Session, options: dict[str, Any]) -> None:
-    question = "Delete all {count} of {queues}? Their idempotency keys are released."
-    _on_states(session, options, options["state"], "deleted", question)
+    _on_states(session, options, options["state"], "deleted", DELETE_ALL)
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (retry, delete, cancel, pause, resume, purge)
