@@ -21,6 +21,7 @@ from tests.chaos.scenarios import (
     poison,
     redis_faults,
     sigterm,
+    skew,
     slow,
     soak,
     supervisor_kill,
@@ -48,4 +49,5 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("12", "12 flows: kill -9, Redis restart (AOF)", flows.run),
     ("13", "13 partition worker/Redis, drops", partition.run),
     ("14", "14 slow Redis (+50 ms)", slow.run),
+    ("16", "16 clock skew, +-120 s", skew.run),
 ]

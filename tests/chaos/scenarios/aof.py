@@ -65,10 +65,10 @@ def _crashes(run: Run, profile: Profile, result: Result, fsync: str) -> None:
             conclude(stage, result, drain=120)
             gone = window - stage.log.done_ids()
             result.known_lost = len(gone)
-            recent = f"of the {len(window)} jobs accepted in the {FSYNC_WINDOW:g}s before a kill"
+            earlier = f"of the {len(window)} jobs accepted in the {FSYNC_WINDOW:g}s before a kill"
             result.note(
                 f"appendfsync {fsync}: {profile.restarts} kill -9 of Redis; "
-                + (f"{recent}, {len(gone)} were gone" if window else "nothing may be lost")
+                + (f"{earlier}, {len(gone)} were gone" if window else "nothing may be lost")
             )
             alive = sorted(w.pid for w in stage.workers if w.alive)
             result.expect(alive == pids, "a worker had to be restarted")
