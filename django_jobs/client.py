@@ -37,6 +37,7 @@ from django_jobs.backends.skip import SkipBackend
 from django_jobs.broker.factory import get_broker as get_broker
 from django_jobs.broker.protocol import Accepted
 from django_jobs.conf import JobsSettings, get_settings, to_seconds
+from django_jobs.conf.redact import REDACTED
 from django_jobs.exceptions import (
     BrokerUnavailable,
     DuplicateJob,
@@ -217,7 +218,7 @@ def _enqueue(job: type[Job[Any]], items: Sequence[tuple[Any, str | None]], optio
     resolved = resolve(job, options, settings)
     submissions = []
     for payload, key in items:
-        data = payload_to_json(payload, job.payload_type)
+        data = payload_to_json(payload, job.payload_type, job.sensitive)
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"idempotency_key must be a non-empty str, got {key!r}")
         message = Message(
@@ -230,6 +231,7 @@ def _enqueue(job: type[Job[Any]], items: Sequence[tuple[Any, str | None]], optio
             retention=resolved.retention,
             idempotency_key=key,
             trace=None if tracing.tracer is None else tracing.carrier(),
+            sensitive=job.sensitive,
         )
         encoded = encode(message)
         size = len(encoded.encode())
@@ -328,8 +330,8 @@ def send_after_commit(
     for s, handle, accepted in zip(submissions, deferred, answers, strict=True):
         if accepted.duplicate_of is not None:
             assert s.message.idempotency_key is not None
-            duplicate = DuplicateJob(s.job.name, s.message.idempotency_key, accepted.duplicate_of)
-            logger.info("at commit: %s", duplicate)
+            key = REDACTED if s.job.sensitive else s.message.idempotency_key
+            logger.info("at commit: %s", DuplicateJob(s.job.name, key, accepted.duplicate_of))
         else:
             handle.state = accepted.state
 

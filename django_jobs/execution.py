@@ -57,7 +57,12 @@ def run_inline(job: type[Job[Any]], message: Message) -> str:
         idempotency_key=message.idempotency_key,
     )
     try:
-        run_job(job, payload_from_json(message.payload, job.payload_type), context, hygiene=False)
+        run_job(
+            job,
+            payload_from_json(message.payload, job.payload_type, message.sensitive),
+            context,
+            hygiene=False,
+        )
     except Exception:
         logger.exception(
             "%s %s failed (run inline: Redis is disabled, no retry)", job.name, message.id

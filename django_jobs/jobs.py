@@ -80,6 +80,10 @@ class Job(Generic[P]):
     #: How long a completed task is kept; 0 keeps nothing.
     retention: ClassVar[timedelta | float | None] = None
     idempotency_window: ClassVar[timedelta | float | None] = None
+    #: The payloads carry personal data: the admin, the API, the CLI and the logs show its
+    #: payload and idempotency key as "[redacted: sensitive job]" (written in each task at
+    #: enqueue, so a reader that does not know the job type still redacts). `run` gets it whole.
+    sensitive: ClassVar[bool] = False
     #: Run `run` in one database transaction with a ProcessedTask row keyed by the task id: a
     #: run killed midway commits nothing, and a redelivery of a task whose run committed is
     #: acknowledged without calling `run` again.

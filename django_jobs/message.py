@@ -17,8 +17,9 @@ from django_jobs.exceptions import InvalidPayload, JobsError
 
 #: The record version this release writes (`v` in the message). Records of earlier releases
 #: must stay readable: tests/integration/test_upgrades.py reads a fixture of version 1.
-#: Version 2 adds `trace`; a record without one is still written as version 1, so that a worker
-#: of an earlier release reads it (a traced one it refuses, saying to run one release).
+#: Version 2 adds `trace` and `sensitive`; a record with neither is still written as version 1,
+#: so that a worker of an earlier release reads it (a traced or sensitive one it refuses, saying
+#: to run one release).
 VERSION = 2
 READS = (1, 2)
 
@@ -41,6 +42,9 @@ class Message:
     idempotency_key: str | None = None
     #: The enqueue's trace context (W3C traceparent/tracestate), when tracing is on.
     trace: dict[str, str] | None = None
+    #: The job type's `Job.sensitive` at enqueue: readers (admin, API, CLI, logs) show its
+    #: payload and idempotency key redacted, even when the job type is unknown to them.
+    sensitive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +71,14 @@ class JobContext:
 def encode(message: Message) -> str:
     """Encode a message as compact JSON."""
     m = message
-    body = {"v": VERSION if m.trace else 1, "id": m.id, "job": m.job, "queue": m.queue,
-            "payload": m.payload, "max_attempts": m.max_attempts, "timeout": m.timeout,
-            "retention": m.retention, "idempotency_key": m.idempotency_key}  # fmt: skip
+    body = {"v": VERSION if m.trace or m.sensitive else 1, "id": m.id, "job": m.job,
+            "queue": m.queue, "payload": m.payload, "max_attempts": m.max_attempts,
+            "timeout": m.timeout, "retention": m.retention,
+            "idempotency_key": m.idempotency_key}  # fmt: skip
     if m.trace:
         body["trace"] = m.trace
+    if m.sensitive:
+        body["sensitive"] = True
     return _dumps(body)
 
 
@@ -120,11 +127,15 @@ def _field_checks(m: Message) -> list[tuple[str, bool]]:
         ("idempotency_key", m.idempotency_key is None or isinstance(m.idempotency_key, str)),
         ("trace", m.trace is None or (isinstance(m.trace, dict)
                                       and all(isinstance(v, str) for v in m.trace.values()))),
+        ("sensitive", isinstance(m.sensitive, bool)),
     ]  # fmt: skip
 
 
-def payload_to_json(payload: object, payload_type: type[Any]) -> dict[str, Any]:
-    """Return the payload's fields as JSON values, or raise InvalidPayload naming the field."""
+def payload_to_json(
+    payload: object, payload_type: type[Any], sensitive: bool = False
+) -> dict[str, Any]:
+    """Return the payload's fields as JSON values, or raise InvalidPayload naming the field
+    (and, unless `sensitive`, the values that do not survive)."""
     names = _field_names(payload_type)
     if type(payload) is not payload_type:
         raise InvalidPayload(
@@ -145,6 +156,12 @@ def payload_to_json(payload: object, payload_type: type[Any]) -> dict[str, Any]:
                 f"JSON cannot encode ({exc}); use str, int, float, bool, None, lists and dicts "
                 f"with str keys, and pass references (ids) rather than objects"
             ) from None
+        if survived != value and sensitive:
+            raise InvalidPayload(
+                f"{payload_type.__qualname__}.{name} does not survive a JSON round trip (its "
+                f"value not shown: a sensitive job); use lists rather than tuples and str keys "
+                f"in dicts"
+            )
         if survived != value:
             raise InvalidPayload(
                 f"{payload_type.__qualname__}.{name} does not survive a JSON round trip "
@@ -164,11 +181,20 @@ def _field_names(payload_type: type[Any]) -> tuple[str, ...]:
     return names
 
 
-def payload_from_json(data: dict[str, Any], payload_type: type[Any]) -> Any:
-    """Build the payload dataclass from decoded JSON, or raise DecodeError saying why not."""
+def payload_from_json(
+    data: dict[str, Any], payload_type: type[Any], sensitive: bool = False
+) -> Any:
+    """Build the payload dataclass from decoded JSON, or raise DecodeError saying why not (a
+    `sensitive` one without the exception's text, which may quote the payload)."""
     try:
         return payload_type(**data)
     except Exception as exc:  # TypeError for fields, anything from a __post_init__
+        if sensitive:
+            raise DecodeError(
+                f"the payload does not match {payload_type.__qualname__}: {type(exc).__name__} "
+                f"(its text not shown: a sensitive job; was the payload class changed while "
+                f"this task waited?)"
+            ) from None
         raise DecodeError(
             f"the payload does not match {payload_type.__qualname__}: {type(exc).__name__}: "
             f"{exc} (was the payload class changed while this task waited?)"

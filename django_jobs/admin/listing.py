@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest
 
 from django_jobs.admin.pages import url
 from django_jobs.conf import get_settings
+from django_jobs.conf.redact import redacted
 from django_jobs.cursor import encode_cursor
 from django_jobs.inspector import TaskInfo
 from django_jobs.keys import State
@@ -60,6 +61,11 @@ class Row:
     cells: list[tuple[str, object, str]]
     #: The idempotency key split around the searched text: (before, match, after), or None.
     matched: tuple[str, str, str] | None = None
+
+    @property
+    def key(self) -> object:
+        """The idempotency key as the list shows it (a sensitive job's redacted)."""
+        return redacted(self.task.idempotency_key, self.task.sensitive)
 
     @property
     def job_parts(self) -> list[str]:

@@ -30,6 +30,7 @@ from django_jobs.admin.pages import (
     tasks_url,
     url,
 )
+from django_jobs.conf.redact import redacted
 from django_jobs.cursor import InvalidCursor, decode_cursor, encode_cursor
 from django_jobs.exceptions import TaskRunning
 from django_jobs.inspector import RETRY_RULE, Inspector, TaskInfo, may_retry
@@ -174,7 +175,7 @@ class TaskAdmin(JobsAdmin):
         for heading, attribute in COLUMNS[state]:
             value = attempts(task) if attribute == "attempts" else getattr(task, attribute)
             cells.append((attribute, value, heading))
-        split = matched(task.idempotency_key, key_query)
+        split = None if task.sensitive else matched(task.idempotency_key, key_query)
         return Row(task=task, url=task_url(task), cells=cells, matched=split)
 
     def bulk_action(self, request: HttpRequest, listing: ListQuery) -> HttpResponse:
@@ -254,7 +255,7 @@ class TaskAdmin(JobsAdmin):
                     ("Job", job_name(task) or "(undecodable)"),
                     ("Queue", task.queue),
                     ("State", task.state),
-                    ("Idempotency key", task.idempotency_key),
+                    ("Idempotency key", redacted(task.idempotency_key, task.sensitive)),
                     ("Failed runs", attempts(task)),
                     ("Crashes", task.crashes),
                 ],

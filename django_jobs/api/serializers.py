@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from django_jobs.api.listing import DEFAULT_PER_PAGE, MAX_PER_PAGE
 from django_jobs.conf import get_settings
+from django_jobs.conf.redact import REDACTED, redacted
 from django_jobs.inspector import Fire, QueueInfo, RunningTask, ScheduleInfo, TaskInfo, WorkerInfo
 from django_jobs.keys import State
 
@@ -152,15 +153,28 @@ class TaskSerializer(serializers.Serializer[TaskInfo]):
     decode_error = serializers.CharField(
         allow_null=True, help_text="Why the record cannot be decoded; null when it can."
     )
+    sensitive = serializers.BooleanField(
+        help_text=f"Job.sensitive: its payload, idempotency key and raw record are {REDACTED!r}."
+    )
 
 
 class TaskDetailSerializer(TaskSerializer):
     """A task in full."""
 
-    payload = serializers.DictField(allow_null=True)
+    payload = serializers.JSONField(
+        allow_null=True,
+        help_text=f"An object of the payload's fields; {REDACTED!r} for a sensitive job's.",
+    )
     idempotency_key = serializers.CharField(allow_null=True)
     traceback = serializers.CharField(allow_null=True)
     raw = serializers.CharField(help_text="The record as stored, to read a corrupt one.")
+
+    def to_representation(self, instance: TaskInfo) -> dict[str, Any]:
+        data: dict[str, Any] = super().to_representation(instance)
+        if instance.sensitive:
+            data["payload"] = REDACTED
+            data["idempotency_key"] = redacted(instance.idempotency_key, True)
+        return data
 
 
 class TaskPageSerializer(serializers.Serializer[dict[str, Any]]):

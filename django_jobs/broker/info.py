@@ -76,6 +76,9 @@ class TaskInfo:
     decode_error: str | None
     #: The encoded message as stored (invalid UTF-8 replaced), to show a corrupt record.
     raw: str
+    #: Written by a `Job.sensitive` job type (or, undecodable, saying so): readers show its
+    #: payload, idempotency key and raw message redacted (django_jobs.conf.redact.REDACTED).
+    sensitive: bool = False
 
 
 @dataclass(frozen=True, slots=True)

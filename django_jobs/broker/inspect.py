@@ -31,6 +31,7 @@ from django_jobs.broker.info import (
     check_state,
 )
 from django_jobs.broker.protocol import Deleted
+from django_jobs.conf.redact import REDACTED
 from django_jobs.keys import State, today, worker, workers
 from django_jobs.message import DecodeError, Message, decode
 
@@ -67,6 +68,8 @@ SMALL = ("state", "attempts", "crashes", "enqueued_at", "started_at", "next_at",
 SMALL_LIMIT = 64
 ROW: tuple[tuple[str, int], ...] = (("msg", 256 * 1024), ("error", 500))
 FULL = (("msg", 256 * 1024), ("error", 64 * 1024), ("traceback", 256 * 1024))
+#: What marks a sensitive record in its message, to find it in one that cannot be decoded.
+SENSITIVE_MARK = '"sensitive":true'
 #: Records read per script call: Redis runs a script whole, and other clients wait meanwhile.
 READ_BATCH = 100
 
@@ -112,6 +115,9 @@ def _task_info(
         )
     else:
         message, problem = _message(msg)
+    raw = f.get("msg", "")
+    # An undecodable record cannot say so for sure: one whose text says so is taken at its word.
+    sensitive = message.sensitive if message else SENSITIVE_MARK in raw.replace(" ", "")
     return TaskInfo(
         id=task_id,
         queue=queue,
@@ -131,7 +137,8 @@ def _task_info(
         error=text("error"),
         traceback=text("traceback"),
         decode_error=problem,
-        raw=f.get("msg", ""),
+        raw=REDACTED if sensitive else raw,
+        sensitive=sensitive,
     )
 
 

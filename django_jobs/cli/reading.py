@@ -12,6 +12,7 @@ from django_jobs.backends.outbox import Overview, overview
 from django_jobs.cli.registry import Session, Subcommand, arg, subcommand
 from django_jobs.cli.render import duration, shorten, table, when
 from django_jobs.conf import get_settings
+from django_jobs.conf.redact import REDACTED, redacted
 from django_jobs.exceptions import BrokerUnavailable, UnknownQueue
 from django_jobs.inspector import TIME_FIELDS, TaskInfo
 from django_jobs.keys import State, today
@@ -133,7 +134,11 @@ def ls(session: Session, options: dict[str, Any]) -> None:
 
 
 def vars_of(task: TaskInfo) -> dict[str, Any]:
-    return {name: getattr(task, name) for name in TaskInfo.__slots__}
+    """A task's fields for --json, a sensitive job's payload and idempotency key redacted."""
+    fields = {name: getattr(task, name) for name in TaskInfo.__slots__}
+    for name in ("payload", "idempotency_key"):
+        fields[name] = redacted(fields[name], task.sensitive)
+    return fields
 
 
 @subcommand("one task in full: payload, attempts, times, last error and traceback",
@@ -145,7 +150,7 @@ def show(session: Session, options: dict[str, Any]) -> None:
         ("job", task.job or "-"),
         ("attempts", f"{task.attempts} failed of {task.max_attempts or '?'}, "
                      f"{task.crashes} crashes"),
-        ("idempotency", task.idempotency_key or "-"),
+        ("idempotency", redacted(task.idempotency_key, task.sensitive) or "-"),
         *((f.removesuffix("_at"), when(getattr(task, f)) + " UTC")
           for f in ("enqueued_at", "started_at", "next_at", "failed_at", "died_at",
                     "completed_at") if getattr(task, f)),
@@ -153,6 +158,8 @@ def show(session: Session, options: dict[str, Any]) -> None:
     )]  # fmt: skip
     if task.decode_error:
         lines += [f"{'record':<12} cannot be decoded: {task.decode_error}", task.raw]
+    elif task.sensitive:
+        lines += ["payload", f"  {REDACTED}"]
     else:
         lines += ["payload", *("  " + ln for ln in json.dumps(task.payload, indent=2).split("\n"))]
     if task.traceback:

@@ -1,4 +1,5 @@
-"""A Redis URL as it may reach text: `redact` hides its password.
+"""What may reach text redacted: a Redis URL's password (`redact`), a sensitive job's payload
+(`REDACTED`).
 
 Here, with the settings, because the settings' own checks show a bad URL (check E003) and they
 sit below the broker; `django_jobs.broker.connection` uses it for everything else it says.
@@ -52,3 +53,13 @@ def redact(url: str) -> str:
     # urllib thought the host ended: show nothing rather than a piece of it.
     leaked = "@" in rest.replace(f"={HIDDEN}", "") or (password and password in shown)
     return f"{parts.scheme}://{HIDDEN}" if leaked else shown
+
+
+#: What a sensitive job's payload, arguments and idempotency key become in the admin, the API,
+#: the CLI and the logs (`Job.sensitive`). Decided here, beside the password's.
+REDACTED = "[redacted: sensitive job]"
+
+
+def redacted(value: object, sensitive: bool) -> object:
+    """`value` as a reader may show it: REDACTED for a sensitive task's (None stays None)."""
+    return REDACTED if sensitive and value is not None else value

@@ -53,6 +53,7 @@ def request(broker: Broker, schedule: Schedule, key: str, key_window: float) -> 
         timeout=resolved.timeout,
         retention=resolved.retention,
         idempotency_key=key,
+        sensitive=job.sensitive,
     )
     encoded = encode(message)
     size = len(encoded.encode())

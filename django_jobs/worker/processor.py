@@ -105,7 +105,7 @@ class Processor:
             )  # fmt: skip
             return verdict(delivery, message.job, decision)
         try:
-            payload = payload_from_json(message.payload, job.payload_type)
+            payload = payload_from_json(message.payload, job.payload_type, message.sensitive)
         except DecodeError as exc:
             return verdict(delivery, message.job, policy.corrupt(str(exc)))
         number = delivery.attempts + 1
