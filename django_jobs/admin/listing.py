@@ -39,14 +39,14 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
 #: than any job name, idempotency key or cursor of ours.
 MAX_INPUT = 1000
 
-#: The job that runs Django's @task functions (django_jobs.tasks): shown by the function's path.
-DJANGO_TASK = "django_jobs.DjangoTask"
+#: The jobs that run Django's @task functions (django_jobs.tasks): shown by the function's path.
+DJANGO_TASKS = ("django_jobs.DjangoTask", "django_jobs.SensitiveDjangoTask")
 
 
 def job_name(task: TaskInfo) -> str:
     """The job's name as the admin shows it: a Django task's function path ("" undecodable)."""
     func = task.payload.get("func") if task.payload else None
-    if task.job == DJANGO_TASK and isinstance(func, str):
+    if task.job in DJANGO_TASKS and isinstance(func, str):
         return f"{func} (@task)"
     return task.job or ""
 

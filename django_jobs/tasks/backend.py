@@ -26,7 +26,7 @@ from django_jobs.conf import get_settings, settings_errors, to_seconds
 from django_jobs.exceptions import JobsDisabled
 from django_jobs.message import DecodeError, payload_from_json
 from django_jobs.tasks.result import build
-from django_jobs.tasks.run import DjangoTask, inline_results
+from django_jobs.tasks.run import DJANGO_TASK_JOBS, DjangoTask, SensitiveDjangoTask, inline_results
 from django_jobs.tasks.task import (
     JobsTask,
     TaskPayload,
@@ -93,6 +93,8 @@ class JobsBackend(BaseTaskBackend):
                 raise InvalidTask(f"timeout must be a positive duration, got {task.timeout!r}")
             if task.retention is not None and not to_seconds(task.retention) >= 0:
                 raise InvalidTask(f"retention must be 0 or more, got {task.retention!r}")
+            if not isinstance(task.sensitive, bool):
+                raise InvalidTask(f"sensitive must be True or False, got {task.sensitive!r}")
 
     def enqueue(  # type: ignore[override]  # the stubs' generic signature
         self, task: Task[..., Any], args: Sequence[Any], kwargs: dict[str, Any]
@@ -116,7 +118,8 @@ class JobsBackend(BaseTaskBackend):
         scoped = None if key is None else f"{task.module_path}:{key}"
         queue = self.queue_for(task)
         # Django's enqueue happens now; to wait for a commit, call it in transaction.on_commit.
-        handle = enqueue(DjangoTask, [(payload, scoped)],
+        job = SensitiveDjangoTask if getattr(task, "sensitive", False) else DjangoTask
+        handle = enqueue(job, [(payload, scoped)],
                          Options(queue=queue, eta=task.run_after, max_attempts=max_attempts,
                                  timeout=options.timeout, retention=retention),
                          on_commit=False)[0]  # fmt: skip
@@ -138,7 +141,7 @@ class JobsBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         (info,) = broker.task_infos(queue, [result_id])
         record = read(broker, queue, result_id)
-        data = info.payload if info is not None and info.job == DjangoTask.name else None
+        data = info.payload if info is not None and info.job in DJANGO_TASK_JOBS else None
         try:
             if data is None and record.payload:
                 data = json.loads(record.payload)

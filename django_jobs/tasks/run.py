@@ -111,6 +111,18 @@ class DjangoTask(Job[TaskPayload]):
         task_finished.send(sender=sender, task_result=done)
 
 
+class SensitiveDjangoTask(DjangoTask):
+    """Runs one enqueue of a ``@task(sensitive=True)`` function: its arguments are shown
+    redacted (`Job.sensitive`)."""
+
+    name: ClassVar[str] = "django_jobs.SensitiveDjangoTask"
+    sensitive: ClassVar[bool] = True
+
+
+#: The names of the jobs that run Django tasks.
+DJANGO_TASK_JOBS = (DjangoTask.name, SensitiveDjangoTask.name)
+
+
 def _task_error(error: AttemptError) -> TaskError:
     return TaskError(exception_class_path=error.exception_class_path, traceback=error.traceback)
 

@@ -34,6 +34,9 @@ class JobsTask(_Task):
     timeout: timedelta | float | None = None
     #: How long the result is kept after the task finished; None: JOBS["RETENTION"].
     retention: timedelta | float | None = None
+    #: Its arguments carry personal data: the admin, the API, the CLI and the errors show them
+    #: redacted, as a `Job.sensitive` job's payload (it runs as SensitiveDjangoTask).
+    sensitive: bool = False
 
 
 def task(
@@ -87,9 +90,9 @@ class TaskPayload:
     retention: float = 0.0
 
 
-def to_json(name: str, value: Any) -> Any:
+def to_json(name: str, value: Any, sensitive: bool = False) -> Any:
     """The JSON form of an argument, or TypeError naming it (Django's normalize_json, then a
-    JSON round trip that must give the same value back)."""
+    JSON round trip that must give the same value back); a sensitive one's value unquoted."""
     try:
         normal = normalize_json(value)
         text = json.dumps(normal)
@@ -99,6 +102,11 @@ def to_json(name: str, value: Any) -> Any:
             f"(str, int, float, bool, None, lists, dicts with str keys), and references (ids) "
             f"rather than objects."
         ) from None
+    if json.loads(text) != normal and sensitive:
+        raise TypeError(
+            f"argument {name} of the task does not survive a JSON round trip (its value not "
+            f"shown: a sensitive task): use str keys in dicts."
+        )
     if json.loads(text) != normal:
         raise TypeError(
             f"argument {name} of the task does not survive a JSON round trip ({value!r} comes "
@@ -112,8 +120,10 @@ def payload_for(
     retention: float,
 ) -> TaskPayload:  # fmt: skip
     """The payload for one enqueue of task; TypeError naming an argument JSON cannot hold."""
-    json_args = [to_json(f"#{n} ({value!r})", value) for n, value in enumerate(args)]
-    json_kwargs = {str(k): to_json(f"{k}=", v) for k, v in dict(kwargs).items()}
+    hide = bool(getattr(task, "sensitive", False))
+    json_args = [to_json(f"#{n}" if hide else f"#{n} ({value!r})", value, hide)
+                 for n, value in enumerate(args)]  # fmt: skip
+    json_kwargs = {str(k): to_json(f"{k}=", v, hide) for k, v in dict(kwargs).items()}
     return TaskPayload(
         func=task.module_path,
         args=json_args,
