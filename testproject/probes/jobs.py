@@ -247,3 +247,34 @@ class Greet(Job[Greeting]):
 
     def run(self, payload: Greeting) -> None:
         get_broker().client.rpush(_key("greeted"), f"{payload.to}:{payload.times}")
+
+
+@dataclass(frozen=True)
+class Person:
+    """A payload that refuses itself, quoting its value, when built from "reject:..." (as a
+    __post_init__ check of a payload class changed while its tasks waited would)."""
+
+    email: str
+
+    def __post_init__(self) -> None:
+        if self.email.startswith("reject:"):
+            raise ValueError(f"{self.email} is not an address")
+
+
+class Private(Job[Person]):
+    """A sensitive job (tests/acceptance/test_sensitive_worker.py): lists each run's address."""
+
+    sensitive = True
+    max_attempts = 1
+
+    def run(self, payload: Person) -> None:
+        get_broker().client.rpush(_key("private"), payload.email)
+
+
+class Public(Job[Person]):
+    """Private's twin that is not sensitive."""
+
+    max_attempts = 1
+
+    def run(self, payload: Person) -> None:
+        get_broker().client.rpush(_key("public"), payload.email)
