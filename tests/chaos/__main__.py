@@ -59,7 +59,14 @@ def main(argv: list[str]) -> int:
 
     profile = PROFILES[args.profile]
     only = set(args.only.split(",")) if args.only else None
-    chosen = [s for s in SCENARIOS if only is None or s[0] in only or s[0].rstrip("abc") in only]
+
+    def wanted(key: str) -> bool:
+        """Named by --only (by key or number), or else not left out by the profile."""
+        if only is None:
+            return key not in profile.skip
+        return key in only or key.rstrip("abcde") in only
+
+    chosen = [s for s in SCENARIOS if wanted(s[0])]
     print(f"chaos battery: profile {profile.name}, seed {seed}, logs in {tmp}", flush=True)
     run = Run(args.redis_url, tmp, seed)
     results = []

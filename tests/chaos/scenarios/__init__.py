@@ -11,6 +11,7 @@ from tests.chaos.report import Result
 from tests.chaos.scenarios import (
     aof,
     bad_input,
+    eviction,
     flows,
     frozen_worker,
     gil,
@@ -49,5 +50,6 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("12", "12 flows: kill -9, Redis restart (AOF)", flows.run),
     ("13", "13 partition worker/Redis, drops", partition.run),
     ("14", "14 slow Redis (+50 ms)", slow.run),
+    ("15", "15 maxmemory, allkeys-lru", eviction.run),
     ("16", "16 clock skew, +-120 s", skew.run),
 ]

@@ -31,8 +31,8 @@ RATE = 10.0
 DROPS = 3
 #: After the partition, how long a duplicate "done" is blamed on it.
 AFTERMATH = FAST["LEASE"] + FAST["RECOVERER_INTERVAL"] + 3
-#: Lines of w0's log that say an outcome of its was refused.
-REFUSED = ("outcome not written", "lost its lease", "what becomes of it was refused")
+#: What w0 logs for a task whose outcome it was refused (after "probes.Chaos <id>").
+REFUSED = ": outcome not written, the task was handed to another worker"
 
 
 def run(run: Run, profile: Profile, result: Result) -> None:
@@ -88,20 +88,22 @@ def _partition(
         conclude(stage, result, drain=60)
         zombies = [i for i in caught if any(e.worker == "w0" for e in stage.log.finished(i))]
         elsewhere = [i for i in caught if any(e.worker == "w1" for e in stage.log.started(i))]
-        refused = sum(w0.output().count(line) for line in REFUSED)
+        output = w0.output()
+        refused = [i for i in zombies if f"{i}{REFUSED}" in output]
         result.note(
             f"{profile.partitions} partition(s) of {PARTITION:g}s (LEASE {FAST['LEASE']}s) "
             f"under {len(caught)} tasks of {CAUGHT:g}s on w0: {len(elsewhere)} ran again on w1, "
-            f"{len(zombies)} finished on w0 inside the partition, {refused} outcome(s) of w0 "
-            f"refused; {proxy.held} chunk(s) held; {DROPS} drops closed {dropped} socket(s)"
+            f"{len(zombies)} finished on w0 inside the partition, the outcome of {len(refused)} "
+            f"of them refused; {proxy.held} chunk(s) held; {DROPS} drops closed {dropped} socket(s)"
         )
         result.expect(
             len(elsewhere) == len(caught),
             f"only {len(elsewhere)} of the {len(caught)} caught tasks ran on w1: no lease lost",
         )
+        result.expect(zombies, "no run on w0 finished inside the partition: no late ack to refuse")
         result.expect(
-            refused >= len(zombies),
-            f"{len(zombies)} zombie run(s) finished on w0 and only {refused} refusal(s) logged",
+            len(refused) == len(zombies),
+            f"{len(zombies)} zombie run(s) finished on w0, {len(refused)} outcome(s) refused",
         )
         result.expect(w0.alive, f"w0 exited:\n{w0.tail()}")
 
