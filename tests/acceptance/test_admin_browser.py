@@ -223,6 +223,7 @@ def test_admin_browser__every_queue_at_once_and_a_phone_screen(
 
     # The Tasks page shows the dead tasks of every queue, the newest death first.
     page.get_by_role("link", name="Tasks").first.click()
+    page.wait_for_load_state("load")  # its stylesheets applied before anything is measured
     rows = page.locator("#result_list tbody tr")
     expect(rows).to_have_count(4)
     expect(page.locator("#result_list tbody td.field-queue")).to_have_text(

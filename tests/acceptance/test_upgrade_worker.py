@@ -15,8 +15,10 @@ def test_runworker__runs_the_records_of_an_earlier_release(
 
     worker.start("--concurrency", "1")
 
-    expected = ["ada@example.com:2", "bob@example.com:1"]
-    wait_until(lambda: greeted(redis_ns) == expected, timeout=30, why=worker.output)
-    for record in records.values():
-        task = get_inspector().task("default", record["id"])
-        assert task is None or task.state == "completed", worker.output()
+    def finished() -> bool:
+        tasks = [get_inspector().task("default", record["id"]) for record in records.values()]
+        return all(task is None or task.state == "completed" for task in tasks)
+
+    # Each run is acknowledged a moment after its body greeted: wait for both.
+    wait_until(finished, timeout=30, why=worker.output)
+    assert greeted(redis_ns) == ["ada@example.com:2", "bob@example.com:1"], worker.output()
