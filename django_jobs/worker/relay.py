@@ -147,7 +147,8 @@ class Relay(Component):
         until = self.taken_until = timezone.now() + timedelta(seconds=LEASE)
         picked = OutboxJob.objects.using(alias).filter(pk__in=[row.pk for row in rows])
         picked.update(retry_at=until)
-        return list(picked.filter(retry_at=until).order_by("pk"))
+        marked = set(picked.filter(retry_at=until).values_list("pk", flat=True))
+        return [row for row in rows if row.pk in marked]
 
     def _send(self, rows: list[OutboxJob], alias: str) -> int:
         # JOBS["QUEUES"] and the flows' pair (flows enqueue their events like jobs).
