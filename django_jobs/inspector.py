@@ -251,9 +251,7 @@ class Inspector:
                 )
                 task = pick.buffer.popleft()
                 pick.offset += 1
-                if (job is None or task.job == job) and key_contains in (
-                    task.idempotency_key or ""
-                ):
+                if (job is None or task.job == job) and task.key_matches(key_contains):
                     found.append(task)
                 continue
             break  # the budget is spent

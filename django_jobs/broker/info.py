@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django_jobs.conf.redact import key_matches
 from django_jobs.keys import State
 
 #: States held in a list (newest on the left); the others are sorted sets.
@@ -79,6 +80,11 @@ class TaskInfo:
     #: Written by a `Job.sensitive` job type (or, undecodable, saying so): readers show its
     #: payload, idempotency key and raw message redacted (django_jobs.conf.redact.REDACTED).
     sensitive: bool = False
+
+    def key_matches(self, query: str) -> bool:
+        """Whether a search for `query` finds the task by its idempotency key (see
+        django_jobs.conf.redact.key_matches: a sensitive one's only whole)."""
+        return key_matches(self.idempotency_key, query, self.sensitive)
 
 
 @dataclass(frozen=True, slots=True)

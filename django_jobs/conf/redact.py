@@ -63,3 +63,11 @@ REDACTED = "[redacted: sensitive job]"
 def redacted(value: object, sensitive: bool) -> object:
     """`value` as a reader may show it: REDACTED for a sensitive task's (None stays None)."""
     return REDACTED if sensitive and value is not None else value
+
+
+def key_matches(key: str | None, query: str, sensitive: bool) -> bool:
+    """Whether a search for `query` finds a task by its idempotency key: any part of it, but a
+    sensitive task's only whole (searching part by part would spell a redacted key out)."""
+    if sensitive and query:
+        return key == query
+    return query in (key or "")
