@@ -84,6 +84,10 @@ def encode(message: Message) -> str:
 
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
+#: What marks a sensitive record in its encoded message, to see it without decoding (a record
+#: that cannot be decoded, an outbox row).
+SENSITIVE_MARK = '"sensitive":true'
+
 
 def decode(raw: str | bytes) -> Message:
     """Decode a message, raising DecodeError with the reason if it is corrupt."""

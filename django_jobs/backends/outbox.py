@@ -33,7 +33,9 @@ from django_jobs.backends.base import Submission
 from django_jobs.backends.redis import RedisBackend
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.conf.redact import REDACTED
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable, DuplicateJob
+from django_jobs.message import SENSITIVE_MARK
 from django_jobs.models import OutboxJob, OutboxRelay
 
 logger = logging.getLogger("django_jobs.outbox")
@@ -239,6 +241,7 @@ def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
         if accepted.duplicate_of is not None:
             duplicates += 1
             key = str(row.options.get("idempotency_key"))
+            key = REDACTED if SENSITIVE_MARK in row.message else key
             logger.info(
                 "outbox: %s; row removed", DuplicateJob(row.job, key, accepted.duplicate_of)
             )

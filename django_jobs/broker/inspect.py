@@ -33,7 +33,7 @@ from django_jobs.broker.info import (
 from django_jobs.broker.protocol import Deleted
 from django_jobs.conf.redact import REDACTED
 from django_jobs.keys import State, today, worker, workers
-from django_jobs.message import DecodeError, Message, decode
+from django_jobs.message import SENSITIVE_MARK, DecodeError, Message, decode
 
 
 def _time(value: str | None) -> datetime | None:
@@ -68,8 +68,6 @@ SMALL = ("state", "attempts", "crashes", "enqueued_at", "started_at", "next_at",
 SMALL_LIMIT = 64
 ROW: tuple[tuple[str, int], ...] = (("msg", 256 * 1024), ("error", 500))
 FULL = (("msg", 256 * 1024), ("error", 64 * 1024), ("traceback", 256 * 1024))
-#: What marks a sensitive record in its message, to find it in one that cannot be decoded.
-SENSITIVE_MARK = '"sensitive":true'
 #: Records read per script call: Redis runs a script whole, and other clients wait meanwhile.
 READ_BATCH = 100
 

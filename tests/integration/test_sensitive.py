@@ -14,16 +14,19 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
 from django_jobs import Job
+from django_jobs.backends.outbox import send_rows
 from django_jobs.client import get_broker
 from django_jobs.conf.redact import REDACTED
 from django_jobs.exceptions import InvalidPayload
 from django_jobs.keys import State
 from django_jobs.message import DecodeError, Message, decode, encode, payload_from_json
+from django_jobs.models import OutboxJob
 from django_jobs.testing import run_burst
 from tests.conftest import RedisNamespace
 from tests.integration.test_admin import text
@@ -273,3 +276,27 @@ def test_worker_logs__a_sensitive_payload_that_fails_to_decode_is_not_quoted(
     assert error is not None
     assert error.error is not None
     assert SECRET not in error.error
+
+
+def test_duplicate_logs__name_no_key_of_a_sensitive_job(
+    caplog: pytest.LogCaptureFixture, django_capture_on_commit_callbacks: Any
+) -> None:
+    for job in (PrivateFails, PublicFails):
+        job.enqueue(Person(SECRET), idempotency_key=f"{job.__name__} {SECRET}")
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        for job in (PrivateFails, PublicFails):  # at commit: a duplicate, logged
+            job.enqueue(Person(SECRET), idempotency_key=f"{job.__name__} {SECRET}", on_commit=True)
+    with transaction.atomic():
+        for job in (PrivateFails, PublicFails):  # a row the relay finds a duplicate of
+            job.enqueue(Person(SECRET), idempotency_key=f"{job.__name__} {SECRET}", outbox=True)
+    rows = list(OutboxJob.objects.order_by("pk"))
+
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        send_rows(rows, connection.alias)
+
+    lines = [r.getMessage() for r in caplog.records if "already accepted" in r.getMessage()]
+    private = [line for line in lines if PrivateFails.name in line]
+    public = [line for line in lines if PublicFails.name in line]
+    assert len(private) == len(public) == 2, lines
+    assert all(REDACTED in line and SECRET not in line for line in private), private
+    assert all(SECRET in line for line in public), public
