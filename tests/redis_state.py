@@ -52,6 +52,8 @@ class Remaining(int):
     set when it trails it by less than SLACK seconds (time passes: it never reads more)."""
 
     def __eq__(self, other: object) -> bool:
+        if isinstance(other, Remaining):  # two snapshots: either may be the later one
+            return abs(int(other) - int(self)) < SLACK
         if isinstance(other, int) and not isinstance(other, bool):
             return 0 <= other - int(self) < SLACK
         return NotImplemented
@@ -64,12 +66,15 @@ class Remaining(int):
 
 
 class Offset(str):
-    """A time as "now+30" (see `when`), equal to the "now+N" it trails by less than SLACK."""
+    """A time as "now+30" (see `when`), equal to the "now+N" it trails by less than SLACK (to
+    another snapshot's within SLACK either way)."""
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, str) and not isinstance(other, Offset):
+        if isinstance(other, str):
             mine, theirs = _seconds(self), _seconds(other)
             if mine is not None and theirs is not None:
+                if isinstance(other, Offset):  # two snapshots: either may be the later one
+                    return abs(theirs - mine) < SLACK
                 return 0 <= theirs - mine < SLACK
         return str.__eq__(self, other)
 
