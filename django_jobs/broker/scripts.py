@@ -15,7 +15,7 @@ gets only those), then by the script itself. What more than one script does is w
 there, with its contract: the stale-epoch guard of the outcome scripts (`held`, `claim`), the
 wake-up token push (`wake`), the crash-count rule of recover and requeue (`crashed`), a new
 task's due time (`due`), Redis' clock (`clock`), the key type checks (`wrong_type`, `fields`,
-`take`, `range`).
+`take`, `range`), whether a flow run has ended (`ended`).
 
 `ack_dequeue` is composed from two of them, so that a worker acks a task and fetches the next
 one in a single script call: the hot path of draining a queue. Its shebang is its first line

@@ -15,6 +15,7 @@ PIECES = {
     "wake": r"'LPUSH', [^,]+, '1'",
     "crashed": r"crashed its worker",
     "clock": r"redis\.call\('TIME'\)",
+    "ended": r"status == 'succeeded' or",
 }
 
 
@@ -41,6 +42,9 @@ def test_script_bodies__a_shared_piece_is_not_written_again(piece: str) -> None:
         ("enqueue_many", {"wake", "clock"}),
         ("forward", {"wake", "clock"}),
         ("run_now", {"wake"}),
+        ("flow_acquire", {"ended"}),
+        ("flow_cancel", {"ended"}),
+        ("flow_signal", {"ended"}),
     ],
 )
 def test_script_sources__compose_the_pieces_they_call(script: str, pieces: set[str]) -> None:

@@ -115,6 +115,20 @@ local function due(delay, eta)
   end
   return now, now + math.max(0, tonumber(delay))
 end
+-- ended(meta): why flow run record `meta` takes nothing more: 'gone' (no such run: never
+-- started, or removed after its retention), or 'finished' and its status (succeeded, failed,
+-- canceled); nil and its status while the run goes on. The one place a flow script tells a run
+-- that ended (flow_acquire, flow_cancel, flow_signal); it only reads.
+local function ended(meta)
+  local status = redis.call('HGET', meta, 'status')
+  if not status then
+    return 'gone'
+  end
+  if status == 'succeeded' or status == 'failed' or status == 'canceled' then
+    return 'finished', status
+  end
+  return nil, status
+end
 -- held(key, epoch, done, gone): the stale-epoch guard every outcome script opens with (ack,
 -- retry, kill, requeue), before any write. Returns true when task record `key` is active under
 -- `epoch` (the caller still holds the run: go on); else the reply to return at once, nothing

@@ -19,12 +19,9 @@ local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string')
 if bad then
   return bad
 end
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then
-  return {'gone'}
-end
-if status == 'succeeded' or status == 'failed' or status == 'canceled' then
-  return {'finished', status}
+local over, status = ended(KEYS[1])
+if over then
+  return {over, status}  -- {'gone'}, or {'finished', status}
 end
 local pttl = redis.call('PTTL', KEYS[3])
 if pttl > 0 then

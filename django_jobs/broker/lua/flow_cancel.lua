@@ -11,16 +11,9 @@
 -- Returns  "canceled" (ended now), "requested" (a replay runs: it stops at its next write or
 --          when its step is interrupted), "finished" (had ended already) or "gone"; an error
 --          naming a key that has another type: nothing changed.
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string')
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'string') or ended(KEYS[1])
 if bad then
   return bad
-end
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then
-  return 'gone'
-end
-if status == 'succeeded' or status == 'failed' or status == 'canceled' then
-  return 'finished'
 end
 redis.call('HSET', KEYS[1], 'cancel', ARGV[1])
 if redis.call('EXISTS', KEYS[3]) == 1 then

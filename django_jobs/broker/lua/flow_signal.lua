@@ -14,16 +14,9 @@
 --                      (a first_of: it timed out, or another of its signals came first).
 --                      Nothing written for these.
 --          an error naming a key that has another type: nothing changed
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'hash')
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'hash') or ended(KEYS[1])
 if bad then
   return bad
-end
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then
-  return 'gone'
-end
-if status == 'succeeded' or status == 'failed' or status == 'canceled' then
-  return 'finished'
 end
 local field = 'sig:' .. ARGV[1]
 if redis.call('HEXISTS', KEYS[1], field) == 1 then
