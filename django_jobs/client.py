@@ -258,13 +258,7 @@ def _enqueue(job: type[Job[Any]], items: Sequence[tuple[Any, str | None]], optio
         # what happens (a duplicate, Redis down) while it can still act on it.
         on_commit = False
     if not on_commit:
-        made = []
-        for s, accepted in zip(submissions, backend.submit(submissions), strict=True):
-            if accepted.duplicate_of is not None:
-                assert s.message.idempotency_key is not None
-                raise DuplicateJob(job.name, s.message.idempotency_key, accepted.duplicate_of)
-            made.append(JobHandle(s.message.id, job.name, s.message.queue, accepted.state))
-        return made
+        return submit_now(backend, job.name, submissions)
     deferred = [JobHandle(s.message.id, job.name, s.message.queue, DEFERRED) for s in submissions]
     CommitBatch.of(transaction.get_connection(using or DEFAULT_DB_ALIAS)).add(
         backend, submissions, deferred
@@ -297,12 +291,17 @@ def enqueue_outboxed(
         )
     with transaction.atomic(using=using):
         outbox_rows.write(submissions, using)
+    return submit_now(fast_path, job.name, submissions)
+
+
+def submit_now(backend: Backend, job: str, submissions: Sequence[Submission]) -> list[JobHandle]:
+    """Submit job's tasks now, and hand back their handles; DuplicateJob for a key taken."""
     made = []
-    for s, accepted in zip(submissions, fast_path.submit(submissions), strict=True):
+    for s, accepted in zip(submissions, backend.submit(submissions), strict=True):
         if accepted.duplicate_of is not None:
             assert s.message.idempotency_key is not None
-            raise DuplicateJob(job.name, s.message.idempotency_key, accepted.duplicate_of)
-        made.append(JobHandle(s.message.id, job.name, s.message.queue, accepted.state))
+            raise DuplicateJob(job, s.message.idempotency_key, accepted.duplicate_of)
+        made.append(JobHandle(s.message.id, job, s.message.queue, accepted.state))
     return made
 
 
