@@ -120,6 +120,8 @@ class Child:
         #: The timeout `_guard` was given, armed by `__enter__`.
         self._timeout = 0.0
         self._alarm_handler = self._on_alarm  # one bound method, to compare by identity
+        #: The run LeaseLost was raised in (id, epoch): raised once per run.
+        self._interrupted: tuple[str, str] | None = None
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # From the supervisor: finish the task at hand (if any), write it, and exit.
@@ -135,6 +137,9 @@ class Child:
         # From the supervisor, after it marked the lost run: interrupt only that run.
         task = self.current
         if self.armed and task and self.table.is_lost(self.index, task.id, task.epoch):
+            if self._interrupted == (task.id, task.epoch):
+                return  # raised once for this run: let its except and finally blocks finish
+            self._interrupted = (task.id, task.epoch)
             raise LeaseLost(f"task {task.id} lost its lease: run interrupted")
 
     def _orphaned(self) -> bool:

@@ -295,6 +295,8 @@ class Supervisor:
                 continue
             if task.epoch != delivery.epoch:
                 continue
+            if c.lost == task:
+                return  # signalled once already: a second signal would cut its cleanup short
             since = min(since, time.monotonic() - task.started)
             logger.warning(
                 "task %s lost its lease (not renewed for %.0fs, lease %gs: Redis unreachable, "

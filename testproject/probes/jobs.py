@@ -24,6 +24,22 @@ class Work:
     seconds: float = 0.0
 
 
+class CleanUp(Job[Work]):
+    """Sleep until interrupted (a lost lease, a timeout), then spend `seconds` cleaning up, saying
+    so as it starts (probe:cleaning) and when done (probe:cleaned)."""
+
+    def run(self, payload: Work) -> None:
+        client = get_broker().client
+        client.hset(_key("started"), payload.tag, f"{os.getpid()}:{self.context.attempt}")
+        try:
+            time.sleep(60)
+        except BaseException:
+            client.rpush(_key("cleaning"), payload.tag)
+            time.sleep(payload.seconds)
+            client.rpush(_key("cleaned"), payload.tag)
+            raise
+
+
 class Sleep(Job[Work]):
     """Sleep, counting how many run at once (probe:running, probe:max_running)."""
 

@@ -8,6 +8,8 @@ lease was only logged, the run went on.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,8 @@ import pytest
 
 from django_jobs.client import get_broker
 from django_jobs.inspector import get_inspector
-from testproject.probes.jobs import Chaos, ChaosWork, HoldGil, Sleep, Work
-from tests.acceptance.conftest import Worker, done, started
+from testproject.probes.jobs import Chaos, ChaosWork, CleanUp, HoldGil, Sleep, Work
+from tests.acceptance.conftest import Worker, done, probe, started
 from tests.conftest import RedisNamespace, RedisServer, wait_until
 
 
@@ -45,6 +47,28 @@ def test_runworker__lost_lease_interrupts_the_run_and_writes_nothing(
     task = get_inspector().task("default", handle.id)
     assert (task.state, task.attempts, task.crashes, task.error) == ("active", 0, 0, None)
     assert f"task {handle.id}: run interrupted (lease lost); nothing written" in worker.output()
+
+
+def test_runworker__a_second_lost_lease_signal_does_not_cut_the_cleanup_short(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given a run interrupted for its lost lease, cleaning up in its except block
+    handle = CleanUp.enqueue(Work("tidy", seconds=0.5))
+    worker.start("--concurrency", "1")
+    pid = started(redis_ns, "tidy")
+    recovered_elsewhere(handle.id)
+    wait_until(lambda: redis_ns.client.lrange(probe(redis_ns, "cleaning"), 0, -1), timeout=10)
+
+    # When the signal comes again (a supervisor catching up on ticks it missed while frozen)
+    os.kill(pid, signal.SIGUSR1)
+
+    # Then LeaseLost is not raised a second time: the cleanup finishes, nothing written
+    wait_until(
+        lambda: redis_ns.client.lrange(probe(redis_ns, "cleaned"), 0, -1) == [b"tidy"],
+        timeout=10,
+        why=worker.output,
+    )
+    wait_until(lambda: "nothing written for it" in worker.output(), timeout=10)
 
 
 def test_runworker__lost_lease_in_c_code_kills_the_child_after_the_grace(
