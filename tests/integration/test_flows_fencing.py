@@ -166,3 +166,17 @@ def test_renew__a_lease_gone_under_a_newer_epoch_is_lost(redis_ns: RedisNamespac
     assert store.renew([delivery("t1", critical)]) == []
     redis_ns.client.hincrby(store.keys.meta(call), "epoch", 1)  # a newer replay took and left it
     assert [why for _, why in store.renew([delivery("t1", critical)])] == ["lost"]
+
+
+def test_renew__a_lease_that_expired_unreleased_is_lost(redis_ns: RedisNamespace) -> None:
+    """A lease that ran out (a stalled worker, a partition) is lost even before anyone takes the
+    call over: only a replay that released or finished the run itself renews nothing as `ok`
+    (review: "ok" for an expired lease let a second replay acquire the call beside it)."""
+    broker = get_broker()
+    store = FlowStore(broker)
+    critical = get_settings().flow_queues[0]
+    call = WaitFlow.start(Wait(), call_id="call-expired")
+    old = store.acquire(call)
+    redis_ns.client.hset(broker.keys(critical).task("t1"), REPLAY_FIELD, f"{call} {old.epoch}")
+    redis_ns.client.delete(store.keys.lease(call))  # expired: nobody released it
+    assert [why for _, why in store.renew([delivery("t1", critical)])] == ["lost"]

@@ -7,7 +7,8 @@
 -- KEYS[3]  <ns>:<fns>:{<call>}_lease    string
 -- ARGV[1]  the replay's epoch
 -- ARGV[2]  mode: "keep" (renew the lease for ARGV[3] ms), "release" (end this replay: the
---          run is suspended until its next event), "finish" (end the run: release, and keep
+--          run is suspended until its next event; meta `released` = the epoch, see
+--          flow_renew), "finish" (end the run: release, and keep
 --          the call's keys for ARGV[3] seconds)
 -- ARGV[3]  lease in milliseconds ("keep") or retention in seconds ("finish")
 -- ARGV[4]  meta fields (one per line) whose presence refuses the write ("signaled"), or "": a
@@ -45,6 +46,7 @@ if mode == 'keep' then
   redis.call('PEXPIRE', KEYS[3], ARGV[3])
 else
   redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[1], 'released', epoch)  -- flow_renew: "ok" for this replay's ticks
   if mode == 'finish' then
     redis.call('HSET', KEYS[1], 'finished_at', tostring(clock()))
     redis.call('EXPIRE', KEYS[1], ARGV[3])
