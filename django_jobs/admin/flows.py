@@ -165,7 +165,7 @@ class FlowRunAdmin(JobsAdmin):
                     f'{{"amount": 1999}}, or leave it empty for null.'
                 )
             try:
-                taken = send_signal(call_id, name, value)
+                taken = send_signal(call_id, name, value, outbox=False)
             except FlowError as exc:
                 return messages.ERROR, str(exc)
             if taken:

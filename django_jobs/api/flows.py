@@ -161,7 +161,7 @@ class FlowSignalView(FlowAPIView):
         body = SignalRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         name, value = body.validated_data["name"], body.validated_data.get("value")
-        if not send_signal(call_id, name, value):
+        if not send_signal(call_id, name, value, outbox=False):
             status = self.detail(call_id).run.status
             raise Conflict(
                 {

@@ -77,10 +77,12 @@ def replay(payload: FlowEventPayload, event: JobContext | None) -> None:
     """Replay one call for one event (the FlowEvent job's run)."""
     s = store()
     if payload.signal is not None:  # a signal sent under the outbox: deliver it here
-        answer = deliver(payload.call_id, str(payload.signal.get("name")),
-                         dumps(payload.signal.get("value")))  # fmt: skip
-        logger.info("flow call %s: outboxed signal %r: %s", payload.call_id,
-                    payload.signal.get("name"), answer)  # fmt: skip
+        name = str(payload.signal.get("name"))
+        answer = deliver(payload.call_id, name, dumps(payload.signal.get("value")))
+        if answer == "gone":  # its call's start may still be on its way (the outbox, a queue)
+            _bounce(payload, f"signal {name!r} for call {payload.call_id}: no such run yet")
+            return
+        logger.info("flow call %s: outboxed signal %r: %s", payload.call_id, name, answer)
         return
     try:
         flow_cls = registry.get(payload.flow)
@@ -149,7 +151,7 @@ def _bounce(payload: FlowEventPayload, why: str) -> None:
         raise Fail(f"{why} (bounced for {grace:g}s)") from None
     logger.warning("flow event for call %s put back: %s", payload.call_id, why)
     publish(payload.call_id, payload.flow, delay=settings.flow_unknown_delay,
-            unknown_since=since, begin=payload.begin)  # fmt: skip
+            unknown_since=since, begin=payload.begin, signal=payload.signal)  # fmt: skip
 
 
 def run(flow_cls: type[Flow[Any, Any]], ctx: Context) -> None:

@@ -25,10 +25,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
+
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.flows import FlowStore, dumps
 from django_jobs.client import Options, enqueue, outbox_wanted
 from django_jobs.conf import get_settings
+from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.jobs import registry as jobs
 
 logger = logging.getLogger("django_jobs.flows")
@@ -106,14 +109,25 @@ def start_call(
     """Record a call (under its flow's code version) and publish its first event; return its
     call id (the original one for a duplicate idempotency key).
 
-    Under the outbox: publish the start event carrying the call (its row in the outbox), and
-    return call_id; a duplicate idempotency key is found, and logged, by the worker.
+    Under the outbox inside atomic(): publish the start event carrying the call (its row in
+    the outbox: a rollback drops it, Redis down keeps it) and record the call right after the
+    commit (or the worker does, from the event); return call_id: a duplicate idempotency key is
+    then found, and logged, late. Outside atomic() the call is recorded now, as without the
+    outbox (there is nothing to roll back), and only with Redis down does it travel in the row.
     """
+    begin = begin_of(data, metadata, key, version)
     if outbox_applies():
-        publish(call_id, flow, start=True, begin=begin_of(data, metadata, key, version))
-        return call_id
-    s = store()
-    status, value = record_start(s, flow, call_id, begin_of(data, metadata, key, version))
+        if transaction.get_connection().in_atomic_block:
+            publish(call_id, flow, start=True, begin=begin)
+            transaction.on_commit(lambda: _record_after_commit(flow, call_id, begin))
+            return call_id
+        try:
+            status, value = record_start(store(), flow, call_id, begin)
+        except BrokerUnavailable:
+            publish(call_id, flow, start=True, begin=begin)
+            return call_id
+    else:
+        status, value = record_start(store(), flow, call_id, begin)
     if status == "duplicate":
         return value
     if status == "exists" and value != "running":
@@ -122,6 +136,15 @@ def start_call(
     # retried): an extra event only replays a call that has nothing to do.
     publish(call_id, flow, start=True)
     return call_id
+
+
+def _record_after_commit(flow: str, call_id: str, begin: dict[str, Any]) -> None:
+    """Record a call started under the outbox once its transaction committed, so that a signal,
+    cancel() or get_run() right after finds it; failing that, its event's worker records it."""
+    try:
+        record_start(store(), flow, call_id, begin)
+    except BrokerUnavailable:
+        pass  # Redis down: the start travels in its event's outbox row
 
 
 def begin_of(

@@ -33,7 +33,9 @@ STATUSES = ("running", "sleeping", "waiting", "succeeded", "failed", "canceled")
 FINISHED = ("succeeded", "failed", "canceled")
 
 
-def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> bool:
+def send_signal(
+    call_id: str, name: str | Signal[Any], value: Any = None, *, outbox: bool | None = None
+) -> bool:
     """Deliver the signal `name` (a str, or a Signal declared on the flow) to a call; True if
     it was taken. `Flow.send_signal(call_id, Flow.signal, value)` is the typed spelling.
 
@@ -48,12 +50,14 @@ def send_signal(call_id: str, name: str | Signal[Any], value: Any = None) -> boo
     event's outbox row (dropped by a rollback, kept with Redis down) and a worker delivers it:
     True at once, meaning "written for delivery"; a late or duplicate one is then logged by the
     worker. Outside atomic() there is nothing to roll back: it is delivered now, as answered.
+    `outbox=False` delivers it now in any case (the admin and the API: an operator's signal is
+    no part of the request's transaction, and wants its real answer).
     """
     name = signal_name(name)
     problem = refuse_non_json(value)
     if problem:
         raise FlowError(f"signal {name!r}: its value {problem}")
-    if outbox_applies() and transaction.get_connection().in_atomic_block:
+    if outbox is not False and outbox_applies() and transaction.get_connection().in_atomic_block:
         publish(call_id, "", signal={"name": name, "value": value})
         return True
     return deliver(call_id, name, dumps(value)) in ("wake", "kept", "rewake")

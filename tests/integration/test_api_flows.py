@@ -133,3 +133,22 @@ def test_redis_down__503(api: APIClient, settings: Any) -> None:
     assert api.post(f"{BASE}/abc/cancel").status_code == 503
     settings.JOBS = {"REDIS_URL": None}
     assert api.get(BASE).json()["code"] == "jobs_disabled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_signal__under_the_outbox_and_atomic_requests_still_answers_409(
+    api: APIClient, settings: Any
+) -> None:
+    """An operator's signal is delivered now, with its real answer, even when every request
+    runs in atomic() (ATOMIC_REQUESTS) and the outbox is on (review: it always said taken)."""
+    settings.JOBS = {**settings.JOBS, "OUTBOX": True}
+    settings.DATABASES["default"]["ATOMIC_REQUESTS"] = True
+    try:
+        call = WaitFlow.start(Wait())
+        drain()
+        first = api.post(f"{BASE}/{call}/signal", {"name": "go", "value": 1}, format="json")
+        assert first.status_code == 200
+        again = api.post(f"{BASE}/{call}/signal", {"name": "go", "value": 2}, format="json")
+        assert again.status_code == 409
+    finally:
+        settings.DATABASES["default"]["ATOMIC_REQUESTS"] = False

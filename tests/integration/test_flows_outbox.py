@@ -11,7 +11,7 @@ from django.db import transaction
 
 from django_jobs.broker.factory import get_broker
 from django_jobs.conf import get_settings
-from django_jobs.flows import get_run, send_signal
+from django_jobs.flows import cancel, get_run, send_signal
 from django_jobs.models import OutboxJob
 from django_jobs.testing import run_burst
 from django_jobs.worker.relay import Relay
@@ -137,3 +137,40 @@ def test_signal__outside_atomic_is_delivered_now_and_answered(outbox: RedisNames
     assert send_signal("no-such-call", "go", 1) is False
     drain()
     assert get_run(call).output == {"value": 1, "received": True}  # type: ignore[union-attr]
+
+
+def test_start__outside_atomic_is_recorded_at_once(outbox: RedisNamespace) -> None:
+    """A signal or cancel() right after a start finds the run (review: under the outbox the
+    run came to exist only when a worker took the start, so both were lost)."""
+    call = WaitFlow.start(Wait())
+    assert get_run(call) is not None
+    assert send_signal(call, "go", 5) is True
+    drain()
+    assert get_run(call).status == "succeeded"  # type: ignore[union-attr]
+    other = WaitFlow.start(Wait())
+    assert cancel(other, "no longer wanted") is True
+    drain()
+    assert get_run(other).status == "canceled"  # type: ignore[union-attr]
+
+
+def test_start__inside_atomic_is_recorded_after_the_commit_and_its_signal_waits(
+    outbox: RedisNamespace,
+) -> None:
+    with transaction.atomic():
+        call = WaitFlow.start(Wait())
+        assert send_signal(call, "go", 5) is True  # travels in its row: delivered by a worker
+    assert get_run(call) is not None  # recorded right after the commit
+    drain()
+    assert get_run(call).status == "succeeded"  # type: ignore[union-attr]
+
+
+def test_signal__for_a_start_still_on_its_way_is_put_back_not_dropped(
+    outbox: RedisNamespace,
+) -> None:
+    """A signal event handled before its call's start (the start's queue drains last) waits."""
+    from django_jobs.flows.events import publish
+
+    publish("early-call", "", signal={"name": "go", "value": 5})
+    run_burst([get_settings().flow_queues[0]])
+    (queued,) = get_broker().queue_infos([get_settings().flow_queues[0]])
+    assert queued.scheduled + queued.pending == 1  # put back, not completed and dropped
