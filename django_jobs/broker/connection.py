@@ -214,11 +214,14 @@ class ScriptCalls:
         with self.unavailable(outcome=outcome):
             return self.scripts[name](keys=keys, args=args)
 
-    def _run_raw(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a script and return its reply as bytes, whatever the stored bytes are."""
+    def _run_raw(
+        self, name: str, keys: Sequence[str], args: Sequence[Any], *, writes: bool = True
+    ) -> Any:
+        """Run a script and return its reply as bytes, whatever the stored bytes are
+        (`writes=False` for a read-only script: see `unavailable`)."""
         script = self.scripts[name]
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        with self.unavailable():
+        with self.unavailable(writes=writes):
             if name in NOT_REPLAYABLE:
                 # Our own round trip, which never sends it twice (redis-py's retry would).
                 (reply,) = self._round_trip([command], own=False, replayable=False)

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from redis.client import NEVER_DECODE
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from django_jobs.broker.connection import ScriptCalls, wrong_key
 from django_jobs.broker.info import (
@@ -263,7 +263,7 @@ class InspectCalls(ScriptCalls):
             if reply and left <= 0:
                 break
             batch = [k.task(task_id) for task_id in ids[start : start + READ_BATCH]]
-            rows = self._script_read("read_fields", batch, [max(left, 0), *head])
+            rows = list(self._run_raw("read_fields", batch, [max(left, 0), *head], writes=False))
             reply += rows
             left -= sum(len(v) for row in rows if isinstance(row, list) for v in row[1::2])
             if len(rows) < len(batch):  # the script spent the budget
@@ -285,19 +285,6 @@ class InspectCalls(ScriptCalls):
             else:  # no such key
                 infos.append(_task_info(queue, task_id, {}, listed) if listed else None)
         return infos
-
-    def _script_read(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-        """A read-only script's reply as bytes, in one round trip (two if Redis forgot it)."""
-        command = ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
-        (reply,) = self._read([command])
-        if isinstance(reply, NoScriptError):
-            with self.unavailable(writes=False):
-                self.client.script_load(self.scripts[name].script)
-            (reply,) = self._read([command])
-        if isinstance(reply, ResponseError):
-            with self.unavailable(writes=False):
-                raise reply
-        return list(reply)
 
     def _limit(self, name: str, limit: int) -> int:
         """The limit of a field; the message's follows the largest payload accepted."""

@@ -15,13 +15,10 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_jobs.broker.protocol import Action, Verdict
 from django_jobs.metrics import hook
-
-if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry
 
 INSTALL_HINT = (
     "Metrics need prometheus_client: install the extra, pip install 'django-redis-jobs"
@@ -110,9 +107,8 @@ class SlotsCollector:
 class WorkerMetrics:
     """One worker's metrics directory and HTTP endpoint (`start` makes it)."""
 
-    def __init__(self, directory: str, registry: CollectorRegistry, server: Any) -> None:
+    def __init__(self, directory: str, server: Any) -> None:
         self.directory = directory
-        self.registry = registry
         self.server = server
 
     @property
@@ -146,4 +142,4 @@ def start(port: int, busy: Callable[[], int], total: int, addr: str = "0.0.0.0")
     registry.register(SlotsCollector(busy, total))
     hook.recorder = PrometheusRecorder()
     server, _thread = p.start_http_server(port, addr=addr, registry=registry)
-    return WorkerMetrics(directory, registry, server)
+    return WorkerMetrics(directory, server)
