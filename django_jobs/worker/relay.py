@@ -71,7 +71,8 @@ class Relay(Component):
         self.clock = clock
         self.idle_interval = INTERVAL if broker.settings.outbox else IDLE_INTERVAL
         self.interval = self.idle_interval
-        self.beat_at = -BEAT
+        #: When each database's heartbeat row was last written (clock seconds).
+        self.beat_at: dict[str, float] = {}
         #: The databases whose last tick failed (one log line per change, not one per tick).
         self.db_failing: set[str] = set()
         #: The mark of the rows taken by the last SQLite batch (see `_take`).
@@ -208,10 +209,10 @@ class Relay(Component):
 
     def _beat(self, alias: str, sent: int) -> None:
         """Write the heartbeat row: now, after work, or BEAT seconds after the last write."""
-        if not sent and self.clock() - self.beat_at < BEAT:
+        if not sent and self.clock() - self.beat_at.get(alias, -BEAT) < BEAT:
             return
         fields = {"worker": self.worker_id, "relayed_at": timezone.now(), "sent": sent}
         rows = OutboxRelay.objects.using(alias)
         if not rows.filter(name=outbox.RELAY_ROW).update(**fields):
             rows.update_or_create(name=outbox.RELAY_ROW, defaults=fields)
-        self.beat_at = self.clock()
+        self.beat_at[alias] = self.clock()
