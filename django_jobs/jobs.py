@@ -161,7 +161,6 @@ class Job(Generic[P]):
         from django_jobs.client import Options, enqueue
 
         cls.check_payload(payload)
-        queue = queue or cls.default_queue()
         options = Options(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
         items = [(payload, idempotency_key)]
         return enqueue(cls, items, options, on_commit=on_commit, outbox=outbox)[0]
@@ -190,9 +189,7 @@ class Job(Generic[P]):
         items = [(payload, None) for payload in payloads]
         for payload, _ in items:
             cls.check_payload(payload)
-        options = Options(
-            queue or cls.default_queue(), delay, eta, max_attempts, timeout, retention, None
-        )
+        options = Options(queue, delay, eta, max_attempts, timeout, retention, None)
         return enqueue(cls, items, options, on_commit=on_commit, outbox=outbox)
 
 

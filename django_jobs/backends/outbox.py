@@ -117,9 +117,9 @@ class OutboxBackend:
         kept = [OUTBOX_KEPT] * len(submissions)
         mine: set[str] = set()
         broker = get_broker()
-        ids = ", ".join(f"{s.job.name} {s.message.id}" for s in submissions)
         if self.skip is not None and self.skip[0] is broker and clock() < self.skip[1]:
-            logger.debug("outbox: Redis did not answer lately; left to the relay: %s", ids)
+            logger.debug("outbox: Redis did not answer lately; left to the relay: %s",
+                         _ids(submissions))  # fmt: skip
             return kept
         sent: list[Accepted] | None = None
         try:
@@ -136,7 +136,7 @@ class OutboxBackend:
             logger.warning(
                 "outbox: %d job(s) kept in the outbox, to be sent by a worker's relay once "
                 "Redis answers (%s): %s; for %gs this process leaves its new jobs to the relay",
-                len(submissions), exc, ids, SKIP_AFTER_FAILURE,
+                len(submissions), exc, _ids(submissions), SKIP_AFTER_FAILURE,
             )  # fmt: skip
             return kept
         except DatabaseError as exc:
@@ -182,6 +182,11 @@ def backend(using: str) -> OutboxBackend:
     if found is None:
         found = _backends[using] = OutboxBackend(using)
     return found
+
+
+def _ids(submissions: Sequence[Submission]) -> str:
+    """The jobs of a fast-path send, for its log lines (built only when a line is written)."""
+    return ", ".join(f"{s.job.name} {s.message.id}" for s in submissions)
 
 
 def _request(row: OutboxJob) -> EnqueueRequest:
