@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
-from django_jobs.idempotency import processing, run_atomically
+from django_jobs.idempotency import current_task, run_atomically
 from django_jobs.keys import State
 from django_jobs.message import JobContext, Message, payload_from_json
 
@@ -28,18 +28,22 @@ def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: 
     was not called: acknowledge it).
 
     An atomic job runs in one transaction with its ProcessedTask row (`run_atomically`); any
-    other inside `processing()`, so the rows its `once()` blocks write name it. With hygiene,
-    as a request runs a view: stale DB connections closed first and after, outside the
-    transaction. Never with hygiene inside a caller's transaction (inline runs, tests): closing
-    the connection there would end the caller's transaction.
+    other marked as the run of its task (`idempotency.current_task`, set here as `processing()`
+    would: no code of idempotency runs for a task that writes no row), so the rows its `once()`
+    blocks write name it. With hygiene, as a request runs a view: stale DB connections closed
+    first and after, outside the transaction. Never with hygiene inside a caller's transaction
+    (inline runs, tests): closing the connection there would end the caller's transaction.
     """
     if hygiene:
         close_old_connections()
     try:
         if job.atomic:
             return run_atomically(job.name, context.job_id, lambda: job(context).run(payload))
-        with processing(job.name, context.job_id):
+        token = current_task.set((job.name, context.job_id))
+        try:
             job(context).run(payload)
+        finally:
+            current_task.reset(token)
         return True
     finally:
         if hygiene:

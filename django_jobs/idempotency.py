@@ -36,8 +36,9 @@ PRUNE_BATCH = 5000
 MAX_KEY = ProcessedTask._meta.get_field("key").max_length or 255
 
 #: The job name and task id of the handler running in this context, if any, so that the rows
-#: `once` writes say who wrote them. Set by `processing()` (the worker around each run).
-_current: ContextVar[tuple[str, str] | None] = ContextVar("django_jobs_task", default=None)
+#: `once` writes say who wrote them. Set around every run: by `execution.run_job` itself (no
+#: code of this module runs for a task that writes no row), by `processing()` otherwise.
+current_task: ContextVar[tuple[str, str] | None] = ContextVar("django_jobs_task", default=None)
 
 
 class processing:  # lower case: used as the function it was, `with processing(job, id):`
@@ -50,10 +51,10 @@ class processing:  # lower case: used as the function it was, `with processing(j
         self._value = (job, job_id)
 
     def __enter__(self) -> None:
-        self._token = _current.set(self._value)
+        self._token = current_task.set(self._value)
 
     def __exit__(self, *exc: object) -> None:
-        _current.reset(self._token)
+        current_task.reset(self._token)
 
 
 def _check_key(key: str) -> None:
@@ -73,7 +74,7 @@ def claim(key: str, *, using: str | None = None) -> bool:
     Must be called inside `transaction.atomic(using=using)`.
     """
     _check_key(key)
-    job, job_id = _current.get() or ("", "")
+    job, job_id = current_task.get() or ("", "")
     alias = using or DEFAULT_DB_ALIAS
     try:
         with transaction.atomic(using=alias):
