@@ -2,10 +2,14 @@
 
 A module `bench/peers/<name>.py` holds, for the harness (which runs in the project's venv):
 
-- ``TITLE``, ``HOW`` (how one worker process runs, its concurrency), ``REQUIREMENTS`` (the PyPI
-  pins installed into ``.bench-venv/<name>/``; empty for ours, which runs in the project's venv)
-  and ``DISTS`` (the distributions whose versions the table reports);
-- ``worker(ctx)``: the command line of one worker process;
+- ``TITLE``, ``REQUIREMENTS`` (the PyPI pins installed into ``.bench-venv/<name>/``: the peer
+  and the Redis client it runs on; empty for ours, which runs in the project's venv) and
+  ``DISTS`` (the distributions whose versions the table reports);
+- ``default_concurrency()``: how many jobs at once the worker runs when started as its own docs
+  start it (``ctx.concurrency`` None); ``how(concurrency)``: that command line's gist for the
+  notes (None: the defaults);
+- ``worker(ctx)``: the command line of one worker process tree, at the system's defaults or at
+  ``ctx.concurrency`` jobs at once;
 
 and, for `bench.peers.driver`, which runs in the system's own venv (the producer side):
 
@@ -18,6 +22,9 @@ of `bench.peers.tasks`. Imports of the peer itself stay inside functions: the ha
 these modules without the peers installed.
 
 Ours overrides `done`, `latency_key` and `started`: its jobs are testproject's probes.
+
+Each system runs at its defaults and at each of MATCHED jobs at once (`setups`); a matched
+concurrency equal to the default is the default's run, not taken twice.
 """
 
 from __future__ import annotations
@@ -35,6 +42,16 @@ SYSTEMS = ("ours", "celery", "rq", "dramatiq", "huey", "arq")
 #: The order each run measures them in: django-jobs right next to the fastest peers, so that a
 #: shared machine's drift between them is as small as it can be, and RQ (minutes a run) last.
 RUN_ORDER = ("ours", "huey", "dramatiq", "celery", "arq", "rq")
+#: The concurrencies every system runs at besides its defaults (ours' default is 10).
+MATCHED = (2, 4, 10)
+#: Where the no-op jobs count themselves (one INCR each; the queues are on database 0).
+DONE_DB = 1
+
+
+def setups(system: str) -> list[int | None]:
+    """None (the system's defaults), then each matched concurrency the defaults do not cover."""
+    default = load(system).default_concurrency()
+    return [None, *(c for c in MATCHED if c != default)]
 
 
 @dataclass
@@ -45,8 +62,10 @@ class Context:
     label: str  # the row's name
     url: str
     python: str  # the interpreter of the system's venv
-    done_file: Path
+    tag: str  # names its log files
     env: dict[str, str] = field(default_factory=dict)
+    #: Jobs at once in the worker's tree; None: the system's own defaults.
+    concurrency: int | None = None
 
     @property
     def module(self) -> ModuleType:
@@ -64,7 +83,6 @@ class Context:
             "PYTHONUNBUFFERED": "1",
             "BENCH_SYSTEM": self.system,
             "BENCH_REDIS_URL": self.url,
-            "BENCH_DONE_FILE": str(self.done_file),
             **self.env,
         }
 
@@ -82,11 +100,8 @@ def key(system: str, name: str) -> str:
 
 
 def done(ctx: Context, probe: redis.Redis) -> int:
-    """How many no-op jobs finished: each peer's no-op appends one byte to the done file."""
-    try:
-        return ctx.done_file.stat().st_size
-    except FileNotFoundError:
-        return 0
+    """How many no-op jobs finished: each INCRs `bench:<system>:done` (probe: database 1)."""
+    return int(probe.get(key(ctx.system, "done")) or 0)
 
 
 def latency_key(ctx: Context) -> str:

@@ -1,4 +1,5 @@
-"""arq: one asyncio worker process running up to 4 jobs at once (it polls every 0.5 s)."""
+"""arq: one asyncio worker process running up to max_jobs jobs at once (10 by default; it polls
+every 0.5 s)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,26 @@ if TYPE_CHECKING:
     from bench.peers import Context
 
 TITLE = "arq"
-HOW = "arq worker, max_jobs=4 (polls the queue every poll_delay=0.5 s, the default)"
-REQUIREMENTS = ("arq==0.28.0",)
+REQUIREMENTS = ("arq==0.28.0", "redis[hiredis]==5.3.1")
 DISTS = ("arq",)
+MAX_JOBS = 10  # arq's default
 
 _loop = asyncio.new_event_loop()
 
 
+def default_concurrency() -> int:
+    return MAX_JOBS
+
+
+def how(concurrency: int | None) -> str:
+    jobs = (
+        f"max_jobs={MAX_JOBS} (the default)" if concurrency is None else f"max_jobs={concurrency}"
+    )
+    return f"arq worker, {jobs}; polls the queue every poll_delay=0.5 s (the default)"
+
+
 def worker(ctx: Context) -> list[str]:
-    return [ctx.python, "-m", "bench.peers.arq_tasks"]
+    return [ctx.python, "-m", "bench.peers.arq_tasks", str(ctx.concurrency or MAX_JOBS)]
 
 
 @functools.cache

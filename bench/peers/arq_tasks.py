@@ -5,6 +5,7 @@ Run through `run_worker` rather than the `arq` command, whose logging setup has 
 
 import asyncio
 import os
+import sys
 import time
 from typing import Any
 
@@ -30,7 +31,7 @@ async def sleeper(ctx: dict[str, Any]) -> None:
 class WorkerSettings:
     functions = [noop, stamp, sleeper]
     redis_settings = RedisSettings.from_dsn(tasks.URL)
-    max_jobs = 4
+    max_jobs = int(sys.argv[1]) if len(sys.argv) > 1 else 10  # bench.peers.arq.worker passes it
 
 
 if __name__ == "__main__":

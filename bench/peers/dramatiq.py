@@ -1,21 +1,34 @@
-"""Dramatiq with its Redis broker: one worker process with 4 threads."""
+"""Dramatiq with its Redis broker: by default a process per CPU, 8 threads each."""
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bench.peers import Context
 
 TITLE = "Dramatiq"
-HOW = "dramatiq --processes 1 --threads 4"
-REQUIREMENTS = ("dramatiq[redis]==2.2.1",)
+REQUIREMENTS = ("dramatiq[redis]==2.2.1", "redis==8.1.0")
 DISTS = ("dramatiq",)
+THREADS = 8  # dramatiq's default --threads; --processes defaults to the CPU count
+
+
+def default_concurrency() -> int:
+    return (os.cpu_count() or 1) * THREADS
+
+
+def how(concurrency: int | None) -> str:
+    if concurrency is None:
+        return f"dramatiq: a process per CPU x {THREADS} threads (the defaults)"
+    return f"dramatiq --processes 1 --threads {concurrency}"
 
 
 def worker(ctx: Context) -> list[str]:
-    return [str(ctx.bindir / "dramatiq"), "bench.peers.dramatiq_tasks",
-            "--processes", "1", "--threads", "4"]  # fmt: skip
+    command = [str(ctx.bindir / "dramatiq"), "bench.peers.dramatiq_tasks"]
+    if ctx.concurrency is not None:
+        command += ["--processes", "1", "--threads", str(ctx.concurrency)]
+    return command
 
 
 def enqueue(n: int) -> None:

@@ -4,9 +4,13 @@
 
 It reads one JSON request per line on stdin and answers each with one JSON line on stdout:
 
-- {"op": "enqueue", "n": N} / {"op": "enqueue_many", "n": N}: one warm-up job first (it connects,
-  loads scripts, declares queues), then N no-op jobs, timed; answers the seconds, the jobs now
-  queued (N + 1) and the Redis commands the N cost (`INFO commandstats` deltas);
+- {"op": "enqueue", "n": N}: one warm-up job first (it connects, loads scripts, declares
+  queues), then N no-op jobs, timed, in BLOCKS blocks; after each block as many bare redis-py
+  `LPUSH` calls of a FLOOR_BYTES value to a scratch key, one call at a time, timed apart (the
+  round-trip floor, measured beside the enqueue in this venv's redis-py, so that a drifting
+  machine moves both); answers the seconds of each, the jobs now queued (N + 1) and the Redis
+  commands the N jobs cost (`INFO commandstats` deltas, the LPUSHes left out);
+- {"op": "enqueue_many", "n": N}: the same through the bulk API, without the floor;
 - {"op": "stamps", "n": M, "spacing": S}: one warm-up stamp, waited for and dropped, then M stamp
   jobs S seconds apart;
 - {"op": "sleeper"}: one sleeper job;
@@ -28,6 +32,9 @@ from bench.common import calls_since, commandstats
 from bench.peers import Context, get, load
 
 DEADLINE = 60.0
+BLOCKS = 10
+FLOOR_BYTES = 100  # about a peer's message; ours is about 200 bytes of JSON
+FLOOR_KEY = "bench:floor"
 
 
 def timed(probe: redis.Redis, run: Any, n: int) -> dict[str, Any]:
@@ -37,6 +44,28 @@ def timed(probe: redis.Redis, run: Any, n: int) -> dict[str, Any]:
     run(n)
     seconds = time.perf_counter() - start
     return {"seconds": seconds, "jobs": n + 1, "calls": calls_since(probe, before)}
+
+
+def timed_with_floor(probe: redis.Redis, url: str, run: Any, n: int) -> dict[str, Any]:
+    """timed(), in blocks, each followed by as many bare LPUSH calls (see the docstring)."""
+    floor = redis.Redis.from_url(url)
+    value = b"x" * FLOOR_BYTES
+    run(1)
+    floor.lpush(FLOOR_KEY, value)  # warm-up: connected
+    sizes = [n // BLOCKS + (1 if i < n % BLOCKS else 0) for i in range(BLOCKS)]
+    seconds = floor_seconds = 0.0
+    before = commandstats(probe)
+    for size in sizes:
+        start = time.perf_counter()
+        run(size)
+        seconds += time.perf_counter() - start
+        start = time.perf_counter()
+        for _ in range(size):
+            floor.lpush(FLOOR_KEY, value)
+        floor_seconds += time.perf_counter() - start
+    calls = calls_since(probe, before) - n
+    floor.delete(FLOOR_KEY)
+    return {"seconds": seconds, "floor_seconds": floor_seconds, "jobs": n + 1, "calls": calls}
 
 
 def stamps(module: Any, ctx: Context, probe: redis.Redis, n: int, spacing: float) -> None:
@@ -56,22 +85,20 @@ def stamps(module: Any, ctx: Context, probe: redis.Redis, n: int, spacing: float
 
 def main() -> None:
     import os
-    from pathlib import Path
 
     system = sys.argv[1]
     module = load(system)
     if hasattr(module, "setup"):
         module.setup()
     url = os.environ["BENCH_REDIS_URL"]
-    ctx = Context(system, system, url, sys.executable, Path(os.environ["BENCH_DONE_FILE"]),
-                  dict(os.environ))  # fmt: skip
+    ctx = Context(system, system, url, sys.executable, system, dict(os.environ))
     probe = redis.Redis.from_url(url)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
         op, answer = request["op"], {}
         if op == "enqueue":
-            answer = timed(probe, module.enqueue, request["n"])
+            answer = timed_with_floor(probe, url, module.enqueue, request["n"])
         elif op == "enqueue_many":
             answer = timed(probe, module.enqueue_many, request["n"])
         elif op == "stamps":

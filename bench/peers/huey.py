@@ -1,4 +1,4 @@
-"""Huey: one consumer with 4 worker processes."""
+"""Huey: one consumer, by default with one worker thread; matched: N worker processes."""
 
 from __future__ import annotations
 
@@ -8,14 +8,25 @@ if TYPE_CHECKING:
     from bench.peers import Context
 
 TITLE = "Huey"
-HOW = "huey_consumer -w 4 -k process"
-REQUIREMENTS = ("huey==3.5.4", "redis")
+REQUIREMENTS = ("huey==3.5.4", "redis==8.1.0")
 DISTS = ("huey",)
 
 
+def default_concurrency() -> int:
+    return 1  # huey_consumer's -w default, with -k thread
+
+
+def how(concurrency: int | None) -> str:
+    if concurrency is None:
+        return "huey_consumer: 1 worker thread (the defaults)"
+    return f"huey_consumer -w {concurrency} -k process (processes: faster here than threads)"
+
+
 def worker(ctx: Context) -> list[str]:
-    return [str(ctx.bindir / "huey_consumer"), "bench.peers.huey_tasks.huey",
-            "-w", "4", "-k", "process", "--quiet"]  # fmt: skip
+    command = [str(ctx.bindir / "huey_consumer"), "bench.peers.huey_tasks.huey", "--quiet"]
+    if ctx.concurrency is not None:
+        command += ["-w", str(ctx.concurrency), "-k", "process"]
+    return command
 
 
 def enqueue(n: int) -> None:

@@ -1,14 +1,13 @@
-"""django-jobs: one `manage.py runworker` with 4 child processes, in the project's own venv.
+"""django-jobs: one `manage.py runworker` (10 child processes by default), in the project's venv.
 
-The jobs are testproject's probes (Noop, Stamp, Sleep): the worker imports them as it would any
-project's jobs. Ours counts finished jobs with its own per-day `processed` counter (one MGET per
-poll, which the harness leaves out of the command counts), not with the peers' done file.
+The jobs are testproject's probes (Touch, Stamp, Sleep): the worker imports them as it would any
+project's jobs. Touch, the no-op, INCRs `<ns>:probe:touched` on database 1, as the peers' no-op
+INCRs theirs; the harness counts finished jobs by it.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +19,20 @@ if TYPE_CHECKING:
     from bench.peers import Context
 
 TITLE = "django-jobs"
-HOW = "manage.py runworker --concurrency 4"
 REQUIREMENTS = ()
-DISTS = ("django-redis-jobs", "django")
+DISTS = ("django-redis-jobs", "django", "hiredis")
 QUEUE = "default"
-DONE_COMMANDS = 1  # Redis commands per done() poll
+CONCURRENCY = 10  # JOBS["CONCURRENCY"]'s default
+
+
+def default_concurrency() -> int:
+    return CONCURRENCY
+
+
+def how(concurrency: int | None) -> str:
+    if concurrency is None:
+        return f"manage.py runworker: a supervisor and {CONCURRENCY} child processes (the defaults)"
+    return f"manage.py runworker --concurrency {concurrency}"
 
 
 def environment(url: str, tmp: Path, namespace: str, jobs: dict[str, Any]) -> dict[str, str]:
@@ -42,8 +50,10 @@ def environment(url: str, tmp: Path, namespace: str, jobs: dict[str, Any]) -> di
 
 
 def worker(ctx: Context) -> list[str]:
-    return [ctx.python, str(ROOT / "manage.py"), "runworker",
-            "--concurrency", "4", "--queues", QUEUE]  # fmt: skip
+    command = [ctx.python, str(ROOT / "manage.py"), "runworker", "--queues", QUEUE]
+    if ctx.concurrency is not None:
+        command += ["--concurrency", str(ctx.concurrency)]
+    return command
 
 
 def _namespace(ctx: Context) -> str:
@@ -51,11 +61,8 @@ def _namespace(ctx: Context) -> str:
 
 
 def done(ctx: Context, probe: redis.Redis) -> int:
-    from django_jobs.keys import QueueKeys
-
-    keys = QueueKeys(_namespace(ctx), QUEUE)
-    days = {time.strftime("%Y-%m-%d", time.gmtime(time.time() - s)) for s in (0, 86400)}
-    return sum(int(n or 0) for n in probe.mget([keys.processed(day) for day in days]))
+    """probes.Touch's count (probe: database 1)."""
+    return int(probe.get(f"{_namespace(ctx)}:probe:touched") or 0)
 
 
 def latency_key(ctx: Context) -> str:
@@ -85,16 +92,16 @@ def setup() -> None:
 
 
 def enqueue(n: int) -> None:
-    from testproject.probes.jobs import Noop, Number
+    from testproject.probes.jobs import Number, Touch
 
     for i in range(n):
-        Noop.enqueue(Number(i))
+        Touch.enqueue(Number(i))
 
 
 def enqueue_many(n: int) -> None:
-    from testproject.probes.jobs import Noop, Number
+    from testproject.probes.jobs import Number, Touch
 
-    Noop.enqueue_many(Number(i) for i in range(n))
+    Touch.enqueue_many(Number(i) for i in range(n))
 
 
 def stamp(sent: float) -> None:

@@ -1,4 +1,5 @@
-"""RQ: one `rq worker`, which forks a work horse per job and runs one job at a time."""
+"""RQ: one `rq worker`, which forks a work horse per job and runs one job at a time; matched:
+`rq worker-pool -n N`, N such workers under one pool process."""
 
 from __future__ import annotations
 
@@ -9,14 +10,26 @@ if TYPE_CHECKING:
     from bench.peers import Context
 
 TITLE = "RQ"
-HOW = "rq worker: 1 job at a time (a worker has no concurrency), a fork per job"
-REQUIREMENTS = ("rq==3.0.0",)
+REQUIREMENTS = ("rq==3.0.0", "redis==8.1.0")
 DISTS = ("rq",)
 QUEUE = "default"
 
 
+def default_concurrency() -> int:
+    return 1  # a worker runs one job at a time
+
+
+def how(concurrency: int | None) -> str:
+    if concurrency is None:
+        return "rq worker: 1 job at a time, a fork per job (the defaults)"
+    return f"rq worker-pool -n {concurrency}: {concurrency} workers, a fork per job each"
+
+
 def worker(ctx: Context) -> list[str]:
-    return [str(ctx.bindir / "rq"), "worker", "--url", ctx.url, "--quiet", QUEUE]
+    if ctx.concurrency is None:
+        return [str(ctx.bindir / "rq"), "worker", "--url", ctx.url, "--quiet", QUEUE]
+    return [str(ctx.bindir / "rq"), "worker-pool", "--url", ctx.url, "--quiet",
+            "-n", str(ctx.concurrency), QUEUE]  # fmt: skip
 
 
 @functools.cache

@@ -8,6 +8,9 @@ import socket
 import time
 from dataclasses import dataclass
 
+import redis
+from django.db import connection
+
 from django_jobs import Job, once
 from django_jobs.client import get_broker
 from django_jobs.mail import DeliverEmail, EmailPayload
@@ -114,6 +117,51 @@ class Noop(Job[Number]):
 
     def run(self, payload: Number) -> None:
         pass
+
+
+_touch: tuple[int, redis.Redis] | None = None
+
+
+def touch() -> None:
+    """One Redis command, as a real job's one piece of I/O: INCR probe:touched on database 1 of
+    the broker's Redis, through a connection of this process's own (the benchmarks' no-op: every
+    system's does the same, and the harness counts finished jobs by it)."""
+    global _touch
+    if _touch is None or _touch[0] != os.getpid():
+        broker = get_broker()
+        url = broker.settings.redis_url
+        assert url is not None, "touch() needs REDIS_URL"
+        _touch = (os.getpid(), redis.Redis.from_url(url, db=1))
+    _touch[1].incr(_key("touched"))
+
+
+class Touch(Job[Number]):
+    """The benchmarks' no-op job: one INCR on database 1 (touch())."""
+
+    def run(self, payload: Number) -> None:
+        touch()
+
+
+@dataclass(frozen=True)
+class Visit:
+    #: time.time() when the job was enqueued.
+    sent: float
+    #: Seconds to sleep (the capacity benchmark's 400 ms job).
+    seconds: float
+    #: The job's data, about 1 KB in bench.capacity.
+    data: str = ""
+
+
+class Visitor(Job[Visit]):
+    """bench.capacity's job: one query on the default database (a connection held, as a real
+    job's), a sleep, and how long after its enqueue it started (probe:visits, in seconds)."""
+
+    def run(self, payload: Visit) -> None:
+        started = time.time() - payload.sent
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        time.sleep(payload.seconds)
+        get_broker().client.rpush(_key("visits"), started)
 
 
 @dataclass(frozen=True)
