@@ -26,6 +26,7 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E041    | FLOW_REPLAY_RENEW is not shorter than FLOW_REPLAY_LEASE        |
 | django_jobs.E042    | two flow classes share one registered name                     |
 | django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
+| django_jobs.E050    | REPLICA_ACKS_TIMEOUT is not shorter than half of ENQUEUE_TIMEOUT |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 | django_jobs.W002    | OUTBOX is on and no worker has relayed the outbox for a while  |
 | django_jobs.I001    | jobs are disabled (REDIS_URL unset): what enqueue does instead |

@@ -48,6 +48,24 @@ class BrokerRefused(BrokerUnavailable):
         super().__init__(message)
 
 
+class ReplicaAckTimeout(BrokerUnavailable):
+    """Redis took the enqueue, but fewer replicas than JOBS["REPLICA_ACKS"] confirmed they have it
+    within JOBS["REPLICA_ACKS_TIMEOUT"].
+
+    The tasks are on the primary and run unless it fails before a replica has copied them: a
+    failover now would lose them. Check the replicas (INFO replication on the primary: how many
+    are connected and how far behind), or lower REPLICA_ACKS to what they can answer. Retrying
+    the enqueue makes a second task unless it has an idempotency key; under JOBS["OUTBOX"] the
+    row is kept and sent again until a replica confirms it.
+    """
+
+    def __init__(self, message: str | None = None, *, acked: int = 0, wanted: int = 0) -> None:
+        #: How many replicas confirmed the write, and how many JOBS["REPLICA_ACKS"] asks for.
+        self.acked = acked
+        self.wanted = wanted
+        super().__init__(message)
+
+
 class DuplicateJob(JobsError):
     """A job with this idempotency key was already accepted inside its window; treat as success."""
 

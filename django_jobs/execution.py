@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
+from django_jobs import coroutines
 from django_jobs.idempotency import current_task, run_atomically
 from django_jobs.keys import State
 from django_jobs.message import JobContext, Message, payload_from_json
@@ -41,7 +42,8 @@ def run_job(job: type[Job[Any]], payload: Any, context: JobContext, *, hygiene: 
             return run_atomically(job.name, context.job_id, lambda: job(context).run(payload))
         token = current_task.set((job.name, context.job_id))
         try:
-            job(context).run(payload)
+            if (running := job(context).run(payload)) is not None:  # async def run
+                coroutines.run(running, hygiene=hygiene)
         finally:
             current_task.reset(token)
         return True

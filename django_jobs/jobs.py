@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import random
 import typing
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -104,12 +105,22 @@ class Job(Generic[P]):
         if payload_type is None:
             return  # still generic: an abstract base for other jobs
         cls.payload_type = payload_type
+        if cls.atomic and inspect.iscoroutinefunction(cls.run):
+            raise TypeError(
+                f"{cls.__qualname__}: atomic = True needs a plain `def run` (one database "
+                "transaction cannot span awaits); make run sync, or keep it async and wrap "
+                "its database writes in once() blocks through sync_to_async"
+            )
         if "name" not in cls.__dict__:
             cls.name = _default_name(cls)
         registry.add(cls)
 
-    def run(self, payload: P) -> None:
-        """Do the work. May run more than once for one enqueue: make its effects idempotent."""
+    def run(self, payload: P) -> Awaitable[None] | None:
+        """Do the work. May run more than once for one enqueue: make its effects idempotent.
+
+        ``def run`` or ``async def run``: a coroutine runs on an event loop in the worker's
+        child, beside others with ``runworker --async-concurrency N`` (docs/async.rst).
+        """
         raise NotImplementedError(f"{type(self).__qualname__} must implement run(payload)")
 
     @classmethod

@@ -23,6 +23,7 @@ from django_jobs.broker.protocol import (
     Requeued,
     Verdict,
 )
+from django_jobs.broker.replicas import replicated
 from django_jobs.broker.schedules import ScheduleCalls
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
@@ -102,11 +103,18 @@ class RedisBroker(ScheduleCalls):
             argv: list[Any] = [repr(first.delay), "" if first.eta is None else repr(first.eta)]
             for request in requests:
                 argv += [request.id, request.encoded]
-            state, _written = self._run("enqueue_many", keys, argv, NOTHING_ENQUEUED)
-            return [Accepted(state=state)] * len(requests)
+            if not self.settings.replica_acks:
+                state, _written = self._run("enqueue_many", keys, argv, NOTHING_ENQUEUED)
+                return [Accepted(state=state)] * len(requests)
+            with self.unavailable(outcome=NOTHING_ENQUEUED):
+                (reply,) = replicated(self, [("enqueue_many", keys, argv)], errors=False)
+            return [Accepted(state=reply[0].decode())] * len(requests)
         with self.unavailable(outcome=NOTHING_ENQUEUED):
             calls = [("enqueue", *self._enqueue_call(r)) for r in requests]
-            replies = self._pipeline(calls, errors=True)
+            if self.settings.replica_acks:  # then WAIT for replicas, in the same round trip
+                replies = replicated(self, calls, errors=True)
+            else:
+                replies = self._pipeline(calls, errors=True)
         failed = [reply for reply in replies if isinstance(reply, ResponseError)]
         if failed:
             # Each task is its own script call: the others may have gone in.

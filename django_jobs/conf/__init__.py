@@ -72,6 +72,8 @@ class JobsSettings:
     enqueue_on_commit: bool
     outbox: bool
     enqueue_timeout: float
+    replica_acks: int
+    replica_acks_timeout: float
     lease: float
     heartbeat_interval: float
     recoverer_interval: float

@@ -38,6 +38,12 @@ DEFAULTS: dict[str, Any] = {
     "OUTBOX": False,
     # Seconds an enqueue may wait for Redis before raising BrokerUnavailable.
     "ENQUEUE_TIMEOUT": 5,
+    # Replicas that must have an enqueue's tasks (Redis WAIT) before it returns; 0: answer as soon
+    # as the primary has them (a failover may then lose the last enqueues). See docs/scale.rst.
+    "REPLICA_ACKS": 0,
+    # Seconds an enqueue waits for those replicas before raising ReplicaAckTimeout (under half of
+    # ENQUEUE_TIMEOUT: check E050).
+    "REPLICA_ACKS_TIMEOUT": 1,
     # Seconds a worker's claim on a running task lasts unless renewed.
     "LEASE": 30,
     # Seconds between worker heartbeats (each one renews the leases of running tasks).
@@ -103,6 +109,7 @@ DURATIONS = frozenset(
         "RETENTION",
         "IDEMPOTENCY_WINDOW",
         "ENQUEUE_TIMEOUT",
+        "REPLICA_ACKS_TIMEOUT",
         "LEASE",
         "HEARTBEAT_INTERVAL",
         "RECOVERER_INTERVAL",
@@ -122,7 +129,9 @@ DURATIONS = frozenset(
     }
 )
 #: Durations and counts for which 0 is meaningful (see DEFAULTS).
-ZERO_ALLOWED = frozenset({"RETENTION", "MAX_TASKS_PER_CHILD", "MAX_MEMORY_PER_CHILD"})
+ZERO_ALLOWED = frozenset(
+    {"RETENTION", "MAX_TASKS_PER_CHILD", "MAX_MEMORY_PER_CHILD", "REPLICA_ACKS"}
+)
 #: Keys whose value is a count (an int).
 COUNTS = frozenset(
     {
@@ -133,6 +142,7 @@ COUNTS = frozenset(
         "DEAD_MAX_TASKS",
         "MAX_TASKS_PER_CHILD",
         "MAX_MEMORY_PER_CHILD",
+        "REPLICA_ACKS",
     }
 )
 #: Keys whose value is True or False.

@@ -231,6 +231,7 @@ def settings_errors() -> list[Error]:
                     f"Use True or False; the default is {DEFAULTS[key]}.",
                 )
             )
+    errors += _check_replica_acks(raw)
     errors += _check_email(raw)
     errors += _check_flows(raw)
     errors += _check_throttle(raw["API_THROTTLE_RATE"])
@@ -249,6 +250,27 @@ def settings_errors() -> list[Error]:
                 )
             )
     return errors
+
+
+def _check_replica_acks(raw: dict[str, Any]) -> list[Error]:
+    """An enqueue reads WAIT's answer within half of ENQUEUE_TIMEOUT (the read budget of a
+    call: see broker.connection.connect), so the replicas' timeout must fit in it."""
+    acks, wait, budget = raw["REPLICA_ACKS"], raw["REPLICA_ACKS_TIMEOUT"], raw["ENQUEUE_TIMEOUT"]
+    if not (is_valid_count(acks) and is_valid_duration(wait) and is_valid_duration(budget)):
+        return []
+    seconds = [v.total_seconds() if isinstance(v, timedelta) else v for v in (wait, budget)]
+    if seconds[0] < seconds[1] / 2:
+        return []
+    return [
+        error(
+            50,
+            f"JOBS['REPLICA_ACKS_TIMEOUT'] ({wait}) is not shorter than half of "
+            f"JOBS['ENQUEUE_TIMEOUT'] ({budget}).",
+            "An enqueue reads the replicas' answer within half of ENQUEUE_TIMEOUT, so it would "
+            "give up first with BrokerUnavailable; keep REPLICA_ACKS_TIMEOUT under half of it "
+            "(the defaults: 1 and 5), or raise ENQUEUE_TIMEOUT.",
+        )
+    ]
 
 
 def _check_flows(raw: dict[str, Any]) -> list[Error]:

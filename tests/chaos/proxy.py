@@ -8,7 +8,8 @@ to the upstream, one thread per direction. Its faults:
   reconnects hang too; `heal()` relays what was held, late: a late ack reaches Redis then.
 - `drop()`: close every connection at once (a reset); the client reconnects through the proxy.
 - `delay`: seconds added before each chunk from the client is relayed (a slow link: one
-  round trip of a command costs that much more).
+  round trip of a command costs that much more); `return_delay`, the same for each chunk from
+  the server (a replica behind it then lags its primary by that much: tests/sentinel.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ CHUNK = 65536
 
 
 class Proxy:
-    def __init__(self, upstream_port: int, *, delay: float = 0.0) -> None:
+    def __init__(
+        self, upstream_port: int, *, delay: float = 0.0, return_delay: float = 0.0
+    ) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
         self.port = free_port()
         self.delay = delay
+        self.return_delay = return_delay
         self.flowing = threading.Event()
         self.flowing.set()
         self.closed = threading.Event()
@@ -82,12 +86,13 @@ class Proxy:
             with self.lock:
                 self.sockets |= {client, server}
                 self.connections += 1
-            for source, sink, delayed in ((client, server, True), (server, client, False)):
+            for source, sink, to_server in ((client, server, True), (server, client, False)):
                 threading.Thread(
-                    target=self._pump, args=(source, sink, delayed), daemon=True
+                    target=self._pump, args=(source, sink, to_server), daemon=True
                 ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, delayed: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, to_server: bool) -> None:
+        delay = self.delay if to_server else self.return_delay
         try:
             while True:
                 data = source.recv(CHUNK)
@@ -96,8 +101,8 @@ class Proxy:
                 if not self.flowing.is_set():
                     self.held += 1
                     self.flowing.wait()  # the partition: held until healed (or dropped)
-                if delayed and self.delay:
-                    time.sleep(self.delay)  # the slow link's added latency, not a wait
+                if delay:
+                    time.sleep(delay)  # the slow link's added latency, not a wait
                 sink.sendall(data)
         except OSError:
             pass

@@ -31,8 +31,8 @@ def test_enqueue__mypy_rejects_wrong_payloads(tmp_path: Path) -> None:
         assert text in errors[number], f"line {number}: {errors[number]!r} lacks {text!r}"
 
 
-def test_flow_start__mypy_rejects_wrong_inputs(tmp_path: Path) -> None:
-    case = CASES / "flows.py"
+def _check(case: Path, tmp_path: Path) -> None:
+    """Every line of case marked "# E: text" is a mypy error containing text; no other is."""
     expected = {
         number: line.split("# E:")[1].strip()
         for number, line in enumerate(case.read_text().splitlines(), start=1)
@@ -46,3 +46,12 @@ def test_flow_start__mypy_rejects_wrong_inputs(tmp_path: Path) -> None:
     assert set(errors) == set(expected), stdout + stderr
     for number, text in expected.items():
         assert text in errors[number], f"line {number}: {errors[number]!r} lacks {text!r}"
+
+
+def test_flow_start__mypy_rejects_wrong_inputs(tmp_path: Path) -> None:
+    _check(CASES / "flows.py", tmp_path)
+
+
+def test_async_run__mypy_accepts_def_and_async_def(tmp_path: Path) -> None:
+    # A job's run may be sync or async; a wrong return or payload type is still an error.
+    _check(CASES / "async_jobs.py", tmp_path)

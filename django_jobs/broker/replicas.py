@@ -1,0 +1,74 @@
+"""JOBS["REPLICA_ACKS"]: an enqueue returns once that many replicas have its tasks (Redis WAIT).
+
+Redis replicates asynchronously: the primary answers a write before any replica has it, so a
+failover (the sentinels promoting a replica after the primary died) loses what the primary had
+not sent yet. With REPLICA_ACKS = n the broker sends `WAIT n <timeout ms>` right after the
+enqueue's script calls, on the same connection and in the same round trip. WAIT answers once n
+replicas have every write this connection made (the scripts' included: they ran first), or when
+JOBS["REPLICA_ACKS_TIMEOUT"] has passed, with how many did; fewer than n is ReplicaAckTimeout.
+
+Only enqueues wait (`RedisBroker.enqueue`: a single task, enqueue_many's batches, the outbox's
+sends and the on-commit batches, flow events; a flow's start record goes before its first event
+on the replication stream, so that event's WAIT covers it). A worker's outcomes do not: an ack
+lost in a failover makes its task run again, as at-least-once delivery allows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import NoScriptError, ResponseError
+
+from django_jobs.broker.connection import ScriptCalls, refused
+from django_jobs.exceptions import ReplicaAckTimeout
+
+
+def wait_command(acks: int, timeout: float) -> tuple[str, int, int]:
+    """WAIT for `acks` replicas, `timeout` seconds at most (0 ms would mean for ever)."""
+    return ("WAIT", acks, max(1, round(timeout * 1000)))
+
+
+def replicated(
+    broker: ScriptCalls, calls: Sequence[tuple[str, list[str], list[Any]]], *, errors: bool
+) -> list[Any]:
+    """Run enqueue script calls, then WAIT, in one round trip; the scripts' replies as bytes.
+
+    errors: return the scripts' error replies in their place (else raise the first). When a
+    script did not run (its reply is an error), nothing is waited for: the caller reports the
+    refusal. Raises ReplicaAckTimeout when fewer replicas than JOBS["REPLICA_ACKS"] confirmed.
+    """
+    settings = broker.settings
+    wait = wait_command(settings.replica_acks, settings.replica_acks_timeout)
+    commands: list[tuple[Any, ...]] = [
+        ("EVALSHA", broker.scripts[name].sha, len(keys), *keys, *args) for name, keys, args in calls
+    ]
+    commands.append(wait)
+    *replies, acked = broker._round_trip(commands, own=False)
+    forgotten = {calls[i][0] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
+    if forgotten:
+        # Redis forgot scripts (a restart, SCRIPT FLUSH): load them and send it all again, so
+        # that WAIT still follows every write on its connection (an enqueue runs twice safely).
+        for name in forgotten:
+            broker.client.script_load(broker.scripts[name].script)
+        *replies, acked = broker._round_trip(commands, own=False)
+    failed = [reply for reply in replies if isinstance(reply, ResponseError)]
+    if failed:
+        if not errors:
+            raise failed[0]
+        return replies
+    if isinstance(acked, ResponseError):
+        raise refused(broker.url, acked, outcome="the tasks may have been enqueued")
+    if int(acked) < settings.replica_acks:
+        raise ReplicaAckTimeout(
+            f"Redis at {broker.url} took the enqueue, but only {acked} of the "
+            f"{settings.replica_acks} replicas JOBS['REPLICA_ACKS'] asks for confirmed it within "
+            f"{settings.replica_acks_timeout:g}s (JOBS['REPLICA_ACKS_TIMEOUT']): the tasks are on "
+            f"the primary and run unless it fails before a replica has them. Check the replicas "
+            f"(INFO replication on the primary), or lower REPLICA_ACKS to what they can answer; "
+            f"retry only with an idempotency key (else it makes second tasks).",
+            acked=int(acked),
+            wanted=settings.replica_acks,
+        )
+    return replies
+
