@@ -81,7 +81,7 @@ def outbox_wanted(outbox: bool | None, settings: JobsSettings) -> bool:
     """Whether an enqueue goes through the outbox: the keyword, else `use_outbox()` or
     JOBS["OUTBOX"]; never with jobs disabled or a test backend (django_jobs.testing) in place."""
     if outbox is None:
-        outbox = settings.outbox or outbox_rows.in_block()
+        outbox = settings.outbox or outbox_rows.outboxing.get()
     return outbox and settings.enabled and _override is None
 
 

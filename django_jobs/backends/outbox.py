@@ -59,23 +59,20 @@ CLAIM_CHUNK = 1000
 #: The answer for a row left to the relay.
 OUTBOX_KEPT = Accepted(OUTBOXED)
 
-_block: ContextVar[bool] = ContextVar("django_jobs_outbox", default=False)
+#: Whether this code runs inside `use_outbox()`: read by the client itself (`.get()`), so that
+#: an enqueue with the outbox off runs no code of this module.
+outboxing: ContextVar[bool] = ContextVar("django_jobs_outbox", default=False)
 
 
 @contextmanager
 def use_outbox() -> Iterator[None]:
     """Every enqueue inside goes through the outbox (as with outbox=True): for code that
     enqueues without the keyword, such as send_mail() through the queued backend."""
-    token = _block.set(True)
+    token = outboxing.set(True)
     try:
         yield
     finally:
-        _block.reset(token)
-
-
-def in_block() -> bool:
-    """Whether this code runs inside `use_outbox()`."""
-    return _block.get()
+        outboxing.reset(token)
 
 
 def aliases() -> list[str]:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from django_jobs.backends.base import Submission
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.broker.redis import RedisBroker
+from django_jobs.conf import get_settings
 from django_jobs.keys import QueueKeys
 
 #: Most tasks written in one round trip.
@@ -14,10 +16,16 @@ BATCH_SIZE = 500
 
 
 class RedisBackend:
-    """Enqueue through the process's broker (`get_broker`)."""
+    """Enqueue through the process's broker (`get_broker`), kept while the settings it was
+    built for are the current ones (a new JOBS, as `override_settings` makes, gets its own)."""
+
+    def __init__(self) -> None:
+        self.broker: RedisBroker | None = None
 
     def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
-        broker = get_broker()
+        broker = self.broker
+        if broker is None or broker.settings is not get_settings():
+            broker = self.broker = get_broker()
         keys: dict[str, QueueKeys] = {}
         accepted: list[Accepted] = []
         for start in range(0, len(submissions), BATCH_SIZE):
