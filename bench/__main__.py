@@ -327,11 +327,16 @@ def main() -> None:
     parser.add_argument("--defaults-only", action="store_true", help="no matched concurrency")
     parser.add_argument("--no-kill", action="store_true", help="leave out the kill -9 case")
     parser.add_argument("--no-extras", action="store_true", help="leave out outbox and flows")
+    parser.add_argument(
+        "--patience", type=float, help="seconds to wait for a quiet machine before each setup (180)"
+    )
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--venvs", type=Path, default=ROOT / ".bench-venv", help="peer venvs")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     sizes = replace(sizes, jobs=args.jobs or sizes.jobs, runs=args.runs or sizes.runs)
+    if args.patience is not None:
+        sizes = replace(sizes, patience=args.patience)
     if args.defaults_only:
         sizes = replace(sizes, matched=False)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
