@@ -213,6 +213,7 @@ def drain_profile(count: int, py_spy: str | None) -> None:
     with private_redis() as url, tempfile.TemporaryDirectory() as tmp:
         probe = redis.Redis.from_url(url)
         counter = redis.Redis.from_url(url, db=1)
+        spy_seconds = 1
         for sample in [False, True] if py_spy else [False]:
             namespace = f"bench-{uuid.uuid4().hex[:8]}"
             ctx = Context("ours", "django-jobs", url, sys.executable, f"profile-{namespace}",
