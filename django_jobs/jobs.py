@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from django.apps import apps
 from django.core.exceptions import AppRegistryNotReady
 
+from django_jobs.broker.limits import Limit, limit
 from django_jobs.exceptions import UnknownJob
 from django_jobs.message import JobContext as JobContext  # defined with the plain data
 
@@ -89,6 +90,12 @@ class Job(Generic[P]):
     #: run killed midway commits nothing, and a redelivery of a task whose run committed is
     #: acknowledged without calling `run` again.
     atomic: ClassVar[bool] = False
+    #: At most this many of its tasks run at once, across every worker (per queue); the others
+    #: wait without spending an attempt (docs/jobs.rst, "Limits"). None: no limit.
+    concurrency_limit: ClassVar[int | None] = None
+    #: At most this many starts per period across every worker (per queue): "100/m", "5/s",
+    #: "1000/h"; the others are scheduled in the next windows with room. None: no limit.
+    rate_limit: ClassVar[str | None] = None
     #: Fire this job on a schedule: `Cron("0 3 * * *")` or `Every(timedelta(minutes=5))`
     #: (from django_jobs), named after the job; JOBS["SCHEDULE"] may override it by that name.
     schedule: ClassVar[Cron | Every | None] = None
@@ -113,6 +120,7 @@ class Job(Generic[P]):
             )
         if "name" not in cls.__dict__:
             cls.name = _default_name(cls)
+        limit(cls.name, cls.concurrency_limit, cls.rate_limit)  # raises at the definition
         registry.add(cls)
 
     def run(self, payload: P) -> Awaitable[None] | None:
@@ -246,6 +254,13 @@ class Registry:
             return
         paths = self.conflicts.setdefault(cls.name, [_path(existing)])
         paths.append(_path(cls))
+
+    def limits(self) -> list[Limit]:
+        """The limits of the job types that have one (see `Job.concurrency_limit`)."""
+        found = (
+            limit(name, job.concurrency_limit, job.rate_limit) for name, job in self.jobs.items()
+        )
+        return [each for each in found if each is not None]
 
     def get(self, name: str) -> type[Job[Any]]:
         """Return the job class registered as name, or raise UnknownJob."""

@@ -8,7 +8,9 @@ tag. On a Cluster, run one worker per queue (see dequeue.lua).
 
 A task's record is the hash `<namespace>:{<queue>}:t:<id>`. Scripts that find ids in a structure
 (dequeue, forward, recover, extend_lease, janitor) are given the prefix `<namespace>:{<queue>}:t:`
-and append the id: the only keys built inside Lua, each in the slot of its queue's prefix.
+and append the id: the only keys built inside Lua, each in the slot of its queue's prefix, with
+the limit keys of a job type (`running`, `parked`, `rate`, `limits`: see dequeue.lua), which the
+scripts build from that prefix (or from a record's key, the prefix then `t:<id>`).
 """
 
 from __future__ import annotations
@@ -104,6 +106,27 @@ class QueueKeys:
     def failed(self, day: str) -> str:
         """Counter of failed runs on a UTC day (YYYY-MM-DD)."""
         return f"{self.prefix}:failed:{day}"
+
+    def running(self, job: str) -> str:
+        """Sorted set of the tasks of a job type with a concurrency_limit that hold a slot,
+        scored by lease deadline (see dequeue.lua)."""
+        return f"{self.prefix}:running:{job}"
+
+    def parked(self, job: str) -> str:
+        """List of the tasks of a job type waiting for a slot of its concurrency_limit; the
+        oldest on the right."""
+        return f"{self.prefix}:parked:{job}"
+
+    def rate(self, job: str) -> str:
+        """Hash counting the starts of a job type with a rate_limit in the current window and
+        the tasks booked in later ones."""
+        return f"{self.prefix}:rate:{job}"
+
+    @cached_property
+    def limits(self) -> str:
+        """Hash of the job types with parked tasks -> their concurrency_limit (the recoverer's
+        sweep reads it)."""
+        return f"{self.prefix}:limits"
 
 
 def workers(namespace: str) -> str:

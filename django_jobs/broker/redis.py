@@ -66,6 +66,9 @@ class RedisBroker(ScheduleCalls):
         self._dequeue_keys: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
         #: Keys of another type than ours that dequeue reported last, each warned about once.
         self._broken: frozenset[str] = frozenset()
+        #: The limits of the job types this worker runs, as dequeue takes them
+        #: (`limits.dequeue_args`; set by the Processor): [] costs a dequeue nothing.
+        self.limit_args: list[str | int] = []
 
     # -- enqueue ----------------------------------------------------------------------------
 
@@ -143,7 +146,7 @@ class RedisBroker(ScheduleCalls):
                 prefixes.append(k.task_prefix)
             cached = self._dequeue_keys[tuple(queues)] = (keys, prefixes)
         keys, prefixes = cached
-        return keys, [self.settings.lease, count, *prefixes]
+        return keys, [self.settings.lease, count, *prefixes, *self.limit_args]
 
     def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
         # Raw bytes: the message may not be UTF-8 (a corrupt record must reach the processor,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_jobs import tracing
+from django_jobs.broker.limits import dequeue_args
 from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import UnknownJob
@@ -70,6 +71,8 @@ class Processor:
         self.settings = broker.settings
         self.queues = tuple(queues or self.settings.queues)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        # Every fetch of this process holds the limits of the job types it knows.
+        broker.limit_args = dequeue_args(registry.limits())
 
     def process_one(self) -> Outcome | None:
         """Run the next task, if there is one, and write its outcome."""

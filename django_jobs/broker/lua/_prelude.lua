@@ -131,13 +131,16 @@ local function ended(meta)
 end
 -- held(key, epoch, done, gone): the stale-epoch guard every outcome script opens with (ack,
 -- retry, kill, requeue), before any write. Returns true when task record `key` is active under
--- `epoch` (the caller still holds the run: go on); else the reply to return at once, nothing
--- written: 1 when the record is already in state `done` under that epoch (a replay of this very
--- call, retried by redis-py after a timeout; false: no replay to recognise), `gone` when the
--- record has no state (default 0), 0 when the task is no longer this caller's (recovered and
--- handed on: another epoch; or not active), or the error when the key is not a hash.
+-- `epoch` (the caller still holds the run: go on), and the job type whose concurrency slot the
+-- run holds (its `limited` field, written by dequeue: give the slot back with `release` once the
+-- run is filed; false for a job without a concurrency_limit); else the reply to return at once,
+-- nothing written: 1 when the record is already in state `done` under that epoch (a replay of
+-- this very call, retried by redis-py after a timeout; false: no replay to recognise), `gone`
+-- when the record has no state (default 0), 0 when the task is no longer this caller's
+-- (recovered and handed on: another epoch; or not active), or the error when the key is not a
+-- hash.
 local function held(key, epoch, done, gone)
-  local f, bad = fields(key, 'state', 'epoch')
+  local f, bad = fields(key, 'state', 'epoch', 'limited')
   if not f then
     return bad
   end
@@ -150,20 +153,20 @@ local function held(key, epoch, done, gone)
   if f[1] ~= 'active' or f[2] ~= epoch then
     return 0
   end
-  return true
+  return true, f[3]
 end
 -- claim(record, epoch, done, active, lease, id, key, type, ...): the opening of an outcome
 -- script that files the task elsewhere (retry, kill, requeue): the stale-epoch guard (`held`,
 -- no record answering 0), then the types of the keys it will write (key, type pairs, as for
 -- `wrong_type`), then `take` of id from active and lease. Returns nil when the caller holds the
--- run and the task is out of active and lease (go on); else the reply to return at once, with
--- nothing written.
+-- run and the task is out of active and lease (go on), and the job type whose slot to `release`
+-- (as `held`); else the reply to return at once, with nothing written.
 local function claim(record, epoch, done, active, lease, id, ...)
-  local stale = held(record, epoch, done)
+  local stale, limited = held(record, epoch, done)
   if stale ~= true then
     return stale
   end
-  return wrong_type(...) or take(active, lease, id)
+  return wrong_type(...) or take(active, lease, id), limited
 end
 -- back(key, id, pending, wakekey): file task `id` (record `key`) as pending at the head of the
 -- line (it has waited longest) and leave a wake-up token. Returns 'pending'.
@@ -172,6 +175,46 @@ local function back(key, id, pending, wakekey)
   redis.call('RPUSH', pending, id)
   wake(wakekey)
   return 'pending'
+end
+-- unpark(prefix, job, n): move up to n tasks of job type `job` parked in the queue of key prefix
+-- `prefix` (<ns>:{<q>}:) for want of a concurrency slot (see dequeue.lua) back to the head of
+-- its pending list, oldest first, and leave a wake-up token for each; returns how many moved. A
+-- parked id whose record is no longer pending (deleted, canceled by an operator meanwhile) is
+-- dropped on the way; one whose record is not a hash goes on, for dequeue to file as dead. Keys
+-- of another type are skipped: a limit never stops a state change.
+local function unpark(prefix, job, n)
+  local parked = prefix .. 'parked:' .. job
+  local moved = 0
+  while moved < n do
+    local id = redis.pcall('RPOP', parked)
+    if type(id) ~= 'string' then
+      break  -- none left (false), or not a list
+    end
+    local state = redis.pcall('HGET', prefix .. 't:' .. id, 'state')
+    if state == 'pending' or type(state) == 'table' then
+      if type(redis.pcall('RPUSH', prefix .. 'pending', id)) == 'table' then
+        redis.call('RPUSH', parked, id)
+        break
+      end
+      moved = moved + 1
+    end
+  end
+  if moved > 0 then
+    wake(prefix .. 'wake', moved)
+  end
+  return moved
+end
+-- release(record, id, job): the run of task `id` (record key `record`, which is the queue's
+-- prefix <ns>:{<q>}: then t:<id>) gives its slot in job type `job`'s concurrency limit back and
+-- the oldest task parked for one goes back to pending (`unpark`): the one place a slot is given
+-- back, by every script that ends a run holding one (`held` and `claim` say which). A holder
+-- whose worker died is also pruned once its lease deadline passed, by dequeue and by the
+-- recoverer's sweep, which also unparks for it.
+local function release(record, id, job)
+  local prefix = string.sub(record, 1, -(#id + 3))
+  redis.pcall('ZREM', prefix .. 'running:' .. job, id)
+  redis.pcall('HDEL', record, 'limited')
+  unpark(prefix, job, 1)
 end
 -- crashed(key, id, budget, why, pending, dead, wakekey): the crash-count rule, the one place it
 -- is written (recover: a lease expired; requeue: the supervisor saw the child die). A crash is

@@ -15,8 +15,8 @@
 --          of KEYS[1..4] that has another type (nothing changed). A day counter that is not a
 --          number is skipped, not an error.
 -- A record gone is a replay too: with retention 0 the first call deleted it (an active task's
--- record is never deleted otherwise).
-local stale = held(KEYS[1], ARGV[2], 'completed', 1)
+-- record is never deleted otherwise). A run holding a concurrency slot gives it back (`release`).
+local stale, limited = held(KEYS[1], ARGV[2], 'completed', 1)
 if stale ~= true then
   return stale
 end
@@ -47,4 +47,7 @@ else
   redis.call('DEL', KEYS[1])
 end
 count(KEYS[5], ARGV[4])
+if limited then
+  release(KEYS[1], id, limited)
+end
 return 1

@@ -15,9 +15,10 @@
 -- ARGV[6]  lifetime of the day counter in seconds
 -- Returns  1 when moved to dead (also when replayed after it applied); 0 when the task is no
 --          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
---          another type (nothing changed).
+--          another type (nothing changed). A run holding a concurrency slot gives it back
+--          (`release`).
 local id = ARGV[1]
-local bad = claim(KEYS[1], ARGV[2], 'dead', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
+local bad, limited = claim(KEYS[1], ARGV[2], 'dead', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
 if bad then
   return bad
 end
@@ -30,4 +31,7 @@ redis.call('HSET', KEYS[1], 'state', 'dead', 'error', ARGV[3], 'traceback', ARGV
   'failed_at', stamp(now), 'died_at', stamp(now))
 redis.call('HDEL', KEYS[1], 'next_at')
 redis.call('ZADD', KEYS[4], now, id)
+if limited then
+  release(KEYS[1], id, limited)
+end
 return 1

@@ -2,7 +2,14 @@
 -- recover: hand back tasks whose lease expired (their worker died or froze).
 -- Each is a crash, counted by the rule of `crashed` in _prelude.lua (shared with requeue): dead
 -- at the crash budget, else back to pending. The epoch moves on, so a frozen worker that wakes up
--- later cannot write an outcome.
+-- later cannot write an outcome. One that held a concurrency slot gives it back (`release`).
+--
+-- Then the sweep of the queue's limits (see dequeue.lua): for each job type with tasks parked
+-- waiting for a concurrency slot (<ns>:{<q>}:limits, job -> its limit, written as dequeue parks
+-- one), holders past their lease deadline are pruned and as many parked tasks as there are free
+-- slots go back to pending; a job type with none left parked leaves the hash. Releases give
+-- slots back at once; the sweep is what gives back a slot no release could (a holder whose run
+-- was filed by a worker without limits, in a rolling upgrade), within a recoverer interval.
 --
 -- KEYS[1]  <ns>:{<q>}:lease         sorted set, score = lease deadline
 -- KEYS[2]  <ns>:{<q>}:active        list
@@ -14,19 +21,18 @@
 -- ARGV[3]  most tasks to recover in this call
 -- Returns  a flat list: id, "pending" or "dead", id, ...; an error naming a key of KEYS[1..4]
 --          that has another type (nothing changed). A task whose record is not a hash is filed
---          as dead (see `bury`); a wake key of another type is skipped.
+--          as dead (see `bury`); a wake key or limit key of another type is skipped.
 local now = clock()
 local out = {}
 local ids, bad = range(KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[3])
 if not ids then
   return bad
 end
-if #ids == 0 then
-  return out  -- the common case of a tick: nothing more to look at
-end
-bad = wrong_type(KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
-if bad then
-  return bad
+if #ids > 0 then
+  bad = wrong_type(KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
+  if bad then
+    return bad
+  end
 end
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[1], id)
@@ -41,8 +47,30 @@ for _, id in ipairs(ids) do
     -- bump: a record written by hand with non-numeric fields must not stop the sweep
     -- half-way, with the task already out of lease and active.
     bump(key, 'epoch')
+    local limited = redis.call('HGET', key, 'limited')
+    if limited then
+      release(key, id, limited)
+    end
     out[#out + 1] = id
     out[#out + 1] = crashed(key, id, ARGV[2], 'its lease expired', KEYS[3], KEYS[4], KEYS[5])
+  end
+end
+local prefix = string.sub(ARGV[1], 1, -3)
+local limits = redis.pcall('HGETALL', prefix .. 'limits')
+if limits.err then
+  return out
+end
+for i = 1, #limits, 2 do
+  local job = limits[i]
+  local running = prefix .. 'running:' .. job
+  if type(redis.pcall('ZREMRANGEBYSCORE', running, '-inf', now)) == 'number' then
+    local free = (tonumber(limits[i + 1]) or 1) - redis.call('ZCARD', running)
+    if free > 0 then
+      unpark(prefix, job, free)
+    end
+  end
+  if redis.pcall('LLEN', prefix .. 'parked:' .. job) == 0 then
+    redis.call('HDEL', prefix .. 'limits', job)
   end
 end
 return out

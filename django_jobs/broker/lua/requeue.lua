@@ -15,14 +15,18 @@
 -- ARGV[4]  crashes after which the task is dead
 -- ARGV[5]  the reason, kept as the error when the task goes dead
 -- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed; an
---          error naming a key of KEYS[1..5] that has another type (nothing changed).
+--          error naming a key of KEYS[1..5] that has another type (nothing changed). A run
+--          holding a concurrency slot gives it back (`release`).
 local id = ARGV[1]
-local bad = claim(KEYS[1], ARGV[2], false, KEYS[2], KEYS[3], id,
+local bad, limited = claim(KEYS[1], ARGV[2], false, KEYS[2], KEYS[3], id,
   KEYS[4], 'list', KEYS[5], 'zset')
 if bad then
   return bad
 end
 bump(KEYS[1], 'epoch')
+if limited then
+  release(KEYS[1], id, limited)
+end
 if ARGV[3] == '1' then
   return crashed(KEYS[1], id, ARGV[4], ARGV[5], KEYS[4], KEYS[5], KEYS[6])
 end

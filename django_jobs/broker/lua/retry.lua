@@ -16,9 +16,10 @@
 -- ARGV[8]  "1": the job type is unknown here (keep when that was first seen); "0": it is known
 -- Returns  1 when moved to retry (also when replayed after it applied); 0 when the task is no
 --          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
---          another type (nothing changed).
+--          another type (nothing changed). A run holding a concurrency slot gives it back
+--          (`release`).
 local id = ARGV[1]
-local bad = claim(KEYS[1], ARGV[2], 'retry', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
+local bad, limited = claim(KEYS[1], ARGV[2], 'retry', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
 if bad then
   return bad
 end
@@ -36,4 +37,7 @@ end
 redis.call('HSET', KEYS[1], 'state', 'retry', 'error', ARGV[4], 'traceback', ARGV[5],
   'failed_at', stamp(now), 'next_at', stamp(due))
 redis.call('ZADD', KEYS[4], due, id)
+if limited then
+  release(KEYS[1], id, limited)
+end
 return 1
