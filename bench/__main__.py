@@ -330,6 +330,9 @@ def main() -> None:
     parser.add_argument(
         "--patience", type=float, help="seconds to wait for a quiet machine before each setup (180)"
     )
+    parser.add_argument(
+        "--retakes", type=int, help="times a setup's run is taken again on a busy machine (2)"
+    )
     parser.add_argument("--json", type=Path, help="also write every run's figures here")
     parser.add_argument("--venvs", type=Path, default=ROOT / ".bench-venv", help="peer venvs")
     args = parser.parse_args()
@@ -337,6 +340,8 @@ def main() -> None:
     sizes = replace(sizes, jobs=args.jobs or sizes.jobs, runs=args.runs or sizes.runs)
     if args.patience is not None:
         sizes = replace(sizes, patience=args.patience)
+    if args.retakes is not None:
+        sizes = replace(sizes, retakes=args.retakes)
     if args.defaults_only:
         sizes = replace(sizes, matched=False)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
