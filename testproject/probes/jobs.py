@@ -6,6 +6,8 @@ Every report lives under `<namespace>:probe:` so that a test's namespace cleanup
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis
@@ -13,6 +15,7 @@ from django.db import connection
 
 from django_jobs import Job, once
 from django_jobs.client import get_broker
+from django_jobs.keys import QueueKeys
 from django_jobs.mail import DeliverEmail, EmailPayload
 from testproject.probes.models import Effect
 
@@ -43,24 +46,33 @@ class CleanUp(Job[Work]):
             raise
 
 
+@contextmanager
+def _at_once(running: str, most: str) -> Iterator[None]:
+    """Count the runs inside the block at once, across processes (probe:<running>), and keep
+    the most seen (probe:<most>)."""
+    client = get_broker().client
+    now = client.incr(_key(running))
+    client.eval(
+        "if tonumber(redis.call('GET', KEYS[1]) or 0) < tonumber(ARGV[1]) then "
+        "redis.call('SET', KEYS[1], ARGV[1]) end",
+        1,
+        _key(most),
+        now,
+    )
+    try:
+        yield
+    finally:
+        client.decr(_key(running))
+
+
 class Sleep(Job[Work]):
     """Sleep, counting how many run at once (probe:running, probe:max_running)."""
 
     def run(self, payload: Work) -> None:
         client = get_broker().client
         client.hset(_key("started"), payload.tag, f"{os.getpid()}:{self.context.attempt}")
-        running = client.incr(_key("running"))
-        client.eval(
-            "if tonumber(redis.call('GET', KEYS[1]) or 0) < tonumber(ARGV[1]) then "
-            "redis.call('SET', KEYS[1], ARGV[1]) end",
-            1,
-            _key("max_running"),
-            running,
-        )
-        try:
+        with _at_once("running", "max_running"):
             time.sleep(payload.seconds)
-        finally:
-            client.decr(_key("running"))
         client.rpush(_key("done"), f"{payload.tag}:{self.context.attempt}:{self.context.crashes}")
 
 
@@ -342,3 +354,51 @@ class Public(Job[Person]):
 
     def run(self, payload: Person) -> None:
         get_broker().client.rpush(_key("public"), payload.email)
+
+
+class Capped(Job[Work]):
+    """At most 2 at once across every worker (tests/acceptance/test_limits_worker.py): sleep
+    `seconds`, counting how many run at once (probe:capped, probe:capped_most); list each run
+    (probe:capped_done: tag, attempt, crashes)."""
+
+    concurrency_limit = 2
+
+    def run(self, payload: Work) -> None:
+        with _at_once("capped", "capped_most"):
+            time.sleep(payload.seconds)
+        _done(self, "capped_done", payload.tag)
+
+
+class CappedOnce(Job[Work]):
+    """One at a time across every worker: on its first delivery (no crash yet) sleep a minute,
+    for the test to kill its worker under it; list each finished run (probe:capped_once_done)."""
+
+    concurrency_limit = 1
+
+    def run(self, payload: Work) -> None:
+        get_broker().client.hset(_key("started"), payload.tag, os.getpid())
+        if self.context.crashes == 0 and payload.seconds:
+            time.sleep(payload.seconds)
+        _done(self, "capped_once_done", payload.tag)
+
+
+class Paced(Job[Work]):
+    """At most 4 starts a second across every worker: list each run's start as dequeue wrote it
+    in its record (Redis time: the time the limit counts), in probe:paced."""
+
+    rate_limit = "4/s"
+
+    def run(self, payload: Work) -> None:
+        broker = get_broker()
+        record = QueueKeys(broker.settings.namespace, self.context.queue).task(self.context.job_id)
+        started = broker.client.hget(record, "started_at")
+        when = started.decode() if isinstance(started, bytes) else str(started)
+        broker.client.rpush(_key("paced"), f"{payload.tag}:{self.context.attempt}:{when}")
+
+
+def _done(job: Job[Work], name: str, tag: str) -> None:
+    context = job.context
+    get_broker().client.rpush(_key(name), f"{tag}:{context.attempt}:{context.crashes}")
+
+
+from testproject.probes import async_jobs as async_jobs  # noqa: E402  (registers the async probes)
