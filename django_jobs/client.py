@@ -300,7 +300,9 @@ def submit_now(backend: Backend, job: str, submissions: Sequence[Submission]) ->
     for s, accepted in zip(submissions, backend.submit(submissions), strict=True):
         if accepted.duplicate_of is not None:
             assert s.message.idempotency_key is not None
-            raise DuplicateJob(job, s.message.idempotency_key, accepted.duplicate_of)
+            raise DuplicateJob(
+                job, s.message.idempotency_key, accepted.duplicate_of, accepted.duplicate_queue
+            )
         made.append(JobHandle(s.message.id, job, s.message.queue, accepted.state))
     return made
 
@@ -330,7 +332,10 @@ def send_after_commit(
         if accepted.duplicate_of is not None:
             assert s.message.idempotency_key is not None
             key = REDACTED if s.job.sensitive else s.message.idempotency_key
-            logger.info("at commit: %s", DuplicateJob(s.job.name, key, accepted.duplicate_of))
+            duplicate = DuplicateJob(
+                s.job.name, key, accepted.duplicate_of, accepted.duplicate_queue
+            )
+            logger.info("at commit: %s", duplicate)
         else:
             handle.state = accepted.state
 

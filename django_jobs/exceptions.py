@@ -69,13 +69,22 @@ class ReplicaAckTimeout(BrokerUnavailable):
 class DuplicateJob(JobsError):
     """A job with this idempotency key was already accepted inside its window; treat as success."""
 
-    def __init__(self, job_name: str, idempotency_key: str, original_id: str) -> None:
+    def __init__(
+        self,
+        job_name: str,
+        idempotency_key: str,
+        original_id: str,
+        original_queue: str | None = None,
+    ) -> None:
         self.job_name = job_name
         self.idempotency_key = idempotency_key
         self.original_id = original_id
+        #: The queue of the original (the key is the job type's on every queue), if known.
+        self.original_queue = original_queue
+        where = f" on queue {original_queue}" if original_queue else ""
         super().__init__(
             f"{job_name} with idempotency key {idempotency_key!r} was already accepted as job "
-            f"{original_id}; the original is on its way, so treat this as success."
+            f"{original_id}{where}; the original is on its way, so treat this as success."
         )
 
 

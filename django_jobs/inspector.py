@@ -27,6 +27,7 @@ from django_jobs.broker.protocol import Broker, Deleted
 from django_jobs.client import get_broker
 from django_jobs.cursor import MAX_OFFSET
 from django_jobs.exceptions import TaskRunning, UnknownQueue
+from django_jobs.jobs import registry
 from django_jobs.keys import State
 from django_jobs.schedules.firing import ScheduleActions
 
@@ -126,10 +127,12 @@ class Inspector:
             raise UnknownQueue(queue, self.broker.settings.known_queues)
 
     def _idempotency_key(self, task: TaskInfo | None) -> str | None:
-        """The Redis key of the task's idempotency key, or None (none, undecodable, gone)."""
+        """The Redis key of the task's idempotency key (its job type's home queue's: see
+        broker/handoff.py), or None (none, undecodable, gone)."""
         if not (task and task.job and task.idempotency_key):
             return None
-        return self.broker.keys(task.queue).idempotency(task.job, task.idempotency_key)
+        home = job.idempotency_queue() if (job := registry.jobs.get(task.job)) else task.queue
+        return self.broker.keys(home).idempotency(task.job, task.idempotency_key)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -219,10 +222,8 @@ class Inspector:
         queue is read `chunk` tasks per round trip; a call reads at most about `budget` task
         records and LIST_BYTES, then stops even if the page is not full, and says where to go
         on from: `offsets` is None for the first page, else the next_offsets of the previous
-        answer. Tasks entering or leaving the state between calls shift the offsets.
-        """
-        if offsets is None:
-            offsets = dict.fromkeys(queues, 0)
+        answer. Tasks entering or leaving the state between calls shift the offsets."""
+        offsets = dict.fromkeys(queues, 0) if offsets is None else offsets
         runs = [_Run(q, offsets[q], offsets[q]) for q in queues if q in offsets]
         found: list[TaskInfo] = []
         scanned = spent = 0

@@ -16,6 +16,7 @@ from django.apps import apps
 from django.core.exceptions import AppRegistryNotReady
 
 from django_jobs.broker.limits import Limit, limit
+from django_jobs.conf import get_settings
 from django_jobs.exceptions import UnknownJob
 from django_jobs.message import JobContext as JobContext  # defined with the plain data
 
@@ -144,6 +145,13 @@ class Job(Generic[P]):
     def default_queue(cls) -> str:
         """The queue an enqueue that names none goes to: `queue`; override to read settings."""
         return cls.queue
+
+    @classmethod
+    def idempotency_queue(cls) -> str:
+        """The queue whose Redis slot holds this job type's idempotency keys, whichever queue
+        a task goes to (broker/handoff.py): its default queue, or for a job type with none
+        (Django's @task functions) the first of JOBS["QUEUES"]."""
+        return cls.default_queue() or get_settings().queues[0]
 
     @classmethod
     def check_payload(cls, payload: P) -> None:

@@ -56,6 +56,17 @@ class QueueKeys:
         """The string holding the id of the first task accepted under (job, key)."""
         return f"{self.prefix}:idem:{job_name}:{key}"
 
+    @cached_property
+    def handoff(self) -> str:
+        """Sorted set of the tasks handed off to another queue under an idempotency key in
+        this queue's slot, scored by when (Redis time): see broker/handoff.py."""
+        return f"{self.prefix}:handoff"
+
+    @cached_property
+    def handoff_tasks(self) -> str:
+        """Hash: the enqueue of each task in `handoff` (JSON), to finish it."""
+        return f"{self.prefix}:handoff:tasks"
+
     def state(self, state: str) -> str:
         """The structure of one state: a list for pending and active, a sorted set otherwise."""
         return f"{self.prefix}:{state}"
@@ -127,6 +138,13 @@ class QueueKeys:
         """Hash of the job types with parked tasks -> their concurrency_limit (the recoverer's
         sweep reads it)."""
         return f"{self.prefix}:limits"
+
+
+def tagged_queue(key: str) -> str:
+    """The queue of a key of ours: the text of its `{<queue>}` hash tag, which decides its slot
+    (a namespace holds no "{")."""
+    start = key.index("{") + 1
+    return key[start : key.index("}", start)]
 
 
 def workers(namespace: str) -> str:

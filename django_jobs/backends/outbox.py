@@ -94,6 +94,9 @@ def write(submissions: Sequence[Submission], using: str) -> None:
                     "eta": s.eta,
                     "idempotency_key": s.message.idempotency_key,
                     "idempotency_window": s.idempotency_window,
+                    # The slot its key is in (broker/handoff.py); a row of an earlier release
+                    # has none: its queue's.
+                    "idempotency_queue": s.job.idempotency_queue(),
                 },
             )
             for s in submissions
@@ -194,7 +197,8 @@ def _request(row: OutboxJob) -> EnqueueRequest:
     if eta is None and delay > 0:
         # Due `delay` after the enqueue, not after the relay: a due time of its own.
         eta = row.created_at.timestamp() + delay
-    idem = None if key is None else get_broker().keys(row.queue).idempotency(row.job, key)
+    home = options.get("idempotency_queue") or row.queue
+    idem = None if key is None else get_broker().keys(home).idempotency(row.job, key)
     return EnqueueRequest(
         id=row.job_id,
         queue=row.queue,
@@ -245,7 +249,8 @@ def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
             key = str(row.options.get("idempotency_key"))
             key = REDACTED if SENSITIVE_MARK in row.message else key
             logger.info(
-                "outbox: %s; row removed", DuplicateJob(row.job, key, accepted.duplicate_of)
+                "outbox: %s; row removed",
+                DuplicateJob(row.job, key, accepted.duplicate_of, accepted.duplicate_queue),
             )
         done.append(row.pk)
     OutboxJob.objects.using(using).filter(pk__in=done).delete()

@@ -9,7 +9,6 @@ from django_jobs.broker.factory import get_broker
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.conf import get_settings
-from django_jobs.keys import QueueKeys
 
 #: Most tasks written in one round trip.
 BATCH_SIZE = 500
@@ -26,25 +25,21 @@ class RedisBackend:
         broker = self.broker
         if broker is None or broker.settings is not get_settings():
             broker = self.broker = get_broker()
-        keys: dict[str, QueueKeys] = {}
         accepted: list[Accepted] = []
         for start in range(0, len(submissions), BATCH_SIZE):
             requests = []
             for s in submissions[start : start + BATCH_SIZE]:
                 key = s.message.idempotency_key
-                queue = s.message.queue
-                if key is not None and queue not in keys:
-                    keys[queue] = broker.keys(queue)
+                if key is not None:  # in the job type's home queue's slot (broker/handoff.py)
+                    key = broker.keys(s.job.idempotency_queue()).idempotency(s.job.name, key)
                 requests.append(
                     EnqueueRequest(
                         id=s.message.id,
-                        queue=queue,
+                        queue=s.message.queue,
                         encoded=s.encoded,
                         delay=s.delay,
                         eta=s.eta,
-                        idempotency_key=(
-                            None if key is None else keys[queue].idempotency(s.job.name, key)
-                        ),
+                        idempotency_key=key,
                         idempotency_window=s.idempotency_window,
                     )
                 )

@@ -79,11 +79,12 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The outcome of one enqueue: the task's state, or the id of the task already holding its
-    idempotency key."""
+    """The outcome of one enqueue: the task's state, or the id (and queue) of the task already
+    holding its idempotency key."""
 
     state: str
     duplicate_of: str | None = None
+    duplicate_queue: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +96,9 @@ class EnqueueRequest:
     encoded: str
     delay: float = 0.0
     eta: float | None = None
-    #: Redis key of the idempotency key, with the window in seconds, or None.
+    #: Redis key of the idempotency key, with the window in seconds, or None. It is in the slot
+    #: of the job type's home queue (`Job.idempotency_queue()`), whatever this task's queue: see
+    #: broker/handoff.py.
     idempotency_key: str | None = None
     idempotency_window: float = 0.0
 
@@ -178,6 +181,8 @@ class Broker(Protocol):
 
     def janitor(self, queue: str, limit: int = 1000) -> int: ...
 
+    def finish_handoffs(self, home: str, grace: float | None = None, limit: int = ...) -> int: ...
+
     def beat(self, worker_id: str, info: dict[str, str | int | float], ttl: float) -> None: ...
 
     def unregister(self, worker_id: str) -> None: ...
@@ -211,6 +216,8 @@ class Broker(Protocol):
     def delete(
         self, queue: str, task_id: str, state: str, idempotency_key: str | None
     ) -> Deleted: ...
+
+    def release_key(self, key: str, task_id: str, queue: str) -> bool: ...
 
     def pause(self, queue: str) -> None: ...
 

@@ -15,6 +15,7 @@ from django_jobs.broker.connection import (
     wrong_key,
 )
 from django_jobs.broker.connection import connect as connect
+from django_jobs.broker.handoff import HandoffCalls, accepted
 from django_jobs.broker.protocol import (
     Accepted,
     Action,
@@ -24,7 +25,6 @@ from django_jobs.broker.protocol import (
     Verdict,
 )
 from django_jobs.broker.replicas import replicated
-from django_jobs.broker.schedules import ScheduleCalls
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
 from django_jobs.keys import today, worker, workers
@@ -57,7 +57,7 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
-class RedisBroker(ScheduleCalls):
+class RedisBroker(HandoffCalls):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
     the read side and the operator's actions in inspect.py, the wire in connection.py."""
 
@@ -81,19 +81,13 @@ class RedisBroker(ScheduleCalls):
         eta = "" if request.eta is None else repr(request.eta)
         return keys, [request.id, request.encoded, repr(request.delay), eta, window_ms]
 
-    @staticmethod
-    def _accepted(reply: list[str]) -> Accepted:
-        status, value = reply
-        if status == "duplicate":
-            return Accepted(state="", duplicate_of=value)
-        return Accepted(state=value)
-
     def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
         """Enqueue tasks in one round trip; replaying the same requests changes nothing.
 
         A batch of one queue with no idempotency keys and one due time (enqueue_many) is one
         script call; anything else is one script call per task, pipelined (a single task: one
-        call).
+        call). A task whose idempotency key is in another queue's slot (its job type's home
+        queue) is handed off: three round trips for the batch (broker/handoff.py).
         """
         first = requests[0]
         if len(requests) > 1 and all(
@@ -112,6 +106,8 @@ class RedisBroker(ScheduleCalls):
             with self.unavailable(outcome=NOTHING_ENQUEUED):
                 (reply,) = replicated(self, [("enqueue_many", keys, argv)], errors=False)
             return [Accepted(state=reply[0].decode())] * len(requests)
+        if any(self.handed_off(r) for r in requests):
+            return self.enqueue_handing_off(requests)
         with self.unavailable(outcome=NOTHING_ENQUEUED):
             calls = [("enqueue", *self._enqueue_call(r)) for r in requests]
             if self.settings.replica_acks:  # then WAIT for replicas, in the same round trip
@@ -126,7 +122,10 @@ class RedisBroker(ScheduleCalls):
             if done:
                 outcome = f"{done} of these {len(replies)} tasks were enqueued, the rest were not"
             raise refused(self.url, failed[0], outcome=outcome) from failed[0]
-        return [self._accepted([part.decode() for part in reply]) for reply in replies]
+        return [
+            accepted([part.decode() for part in reply], r.queue)
+            for r, reply in zip(requests, replies, strict=True)
+        ]
 
     # -- consuming --------------------------------------------------------------------------
 

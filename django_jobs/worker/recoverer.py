@@ -4,6 +4,9 @@ Before it recovers anything it has this worker renew the leases of the tasks it 
 the heartbeat's): after an outage longer than the lease, this worker's own running tasks have
 expired leases too, and recovering them would hand them to another of its children while they
 still run. If the renewal fails, nothing is recovered.
+
+It also finishes the enqueues their callers left half-way (a hand-off: broker/handoff.py) in the
+slot of every queue an idempotency key may live in, served here or not: any worker finishes them.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from django_jobs.broker import handoff
 from django_jobs.broker.redis import RedisBroker
+from django_jobs.jobs import registry
 from django_jobs.worker.loop import Component
 
 BATCH = 1000
@@ -43,3 +48,8 @@ class Recoverer(Component):
                     )  # fmt: skip
                 if len(recovered) < BATCH:
                     break
+        homes = {*self.broker.settings.known_queues}
+        homes.update(job.idempotency_queue() for job in registry.jobs.values())
+        for home in sorted(homes):
+            while self.broker.finish_handoffs(home) >= handoff.BATCH:
+                pass

@@ -282,7 +282,10 @@ ENQUEUE_CASES = {
                 request("b", idempotency_key=k.idempotency("noop", "k1"), idempotency_window=600)
             ],
         ],
-        replies=[[Accepted("pending")], [Accepted("", duplicate_of="a")]],
+        replies=[
+            [Accepted("pending")],
+            [Accepted("", duplicate_of="a", duplicate_queue="default")],
+        ],
         expected={**PENDING_A, q(IDEM): ("string", "a", 600)},
     ),
     "idempotent_replay_of_the_same_id": EnqueueCase(
