@@ -9,10 +9,11 @@ knows the connection.
 - `redact` is the one way a Redis URL reaches text (the banner, logs, error messages, the
   admin's and the API's 503 pages). It lives in django_jobs.conf.redact, below the settings'
   check E003 that uses it too, and is imported here for the rest.
-- `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable`, or
-  `BrokerRefused` when Redis answered with an error (out of memory, a key of the wrong type in
-  our namespace, ACL, a read-only replica): a worker backs off on either, and an enqueue raises a
-  named error instead of a raw `redis.ResponseError`. Every call of `ScriptCalls` runs inside it.
+- `unavailable` (errors.py, imported here for the rest) turns every redis-py error a broker
+  call can meet into `BrokerUnavailable` or `BrokerRefused`. Every call of `ScriptCalls` runs
+  inside it.
+- On a Redis Cluster (`redis+cluster://`), the client is a RedisCluster and the scripts travel
+  on `cluster.ClusterWire`.
 """
 
 from __future__ import annotations
@@ -28,28 +29,27 @@ from django.views.decorators.debug import sensitive_variables
 from hiredis import pack_command
 from redis.backoff import NoBackoff
 from redis.client import NEVER_DECODE
-from redis.exceptions import (
-    NoPermissionError,
-    NoScriptError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    ResponseError,
-)
+from redis.cluster import RedisCluster
+from redis.exceptions import NoScriptError, ResponseError
 from redis.retry import Retry
 
 from django_jobs.broker import scripts
+from django_jobs.broker.cluster import ClusterWire, cluster_client
+from django_jobs.broker.errors import NOTHING_CHANGED as NOTHING_CHANGED
+from django_jobs.broker.errors import NOTHING_ENQUEUED as NOTHING_ENQUEUED
+from django_jobs.broker.errors import refused as refused
+from django_jobs.broker.errors import unavailable as unavailable
+from django_jobs.broker.errors import wrong_key as wrong_key
 from django_jobs.broker.topology import sentinel_client
 from django_jobs.conf import JobsSettings
 from django_jobs.conf.redact import redact as redact
-from django_jobs.conf.redis_url import SENTINEL_SCHEME, parse_sentinel_url
-from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+from django_jobs.conf.redis_url import (
+    CLUSTER_SCHEME,
+    SENTINEL_SCHEME,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 from django_jobs.keys import QueueKeys
-
-#: The error code our scripts reply with when a key has the wrong type, before any write:
-#: "WRONGKEY <its type> <the type we keep there> <key>" (the key last: it may hold spaces).
-WRONG_KEY = "WRONGKEY"
-NOTHING_CHANGED = "nothing was changed"
-NOTHING_ENQUEUED = "nothing was enqueued"
 
 
 @sensitive_variables("url")
@@ -62,11 +62,14 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     its read timeout.
     A URL that does not parse is an ImproperlyConfigured naming it redacted (redis-py's own
     error would show the password). A `redis+sentinel://` URL gives a client of the primary
-    the sentinels name (`topology.sentinel_client`), with the same options.
+    the sentinels name (`topology.sentinel_client`), a `redis+cluster://` URL a RedisCluster
+    (`cluster.cluster_client`; BrokerUnavailable when no node answers), with the same options.
     """
+    scheme = url.partition("://")[0]
     try:
-        sentinel = parse_sentinel_url(url) if url.startswith(f"{SENTINEL_SCHEME}:") else None
-        if sentinel is None:
+        sentinel = parse_sentinel_url(url) if scheme == SENTINEL_SCHEME else None
+        cluster = parse_cluster_url(url) if scheme == CLUSTER_SCHEME else None
+        if sentinel is None and cluster is None:
             redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ImproperlyConfigured(
@@ -86,91 +89,20 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     }
     if sentinel is not None:
         return sentinel_client(sentinel, options)
+    if cluster is not None:
+        with unavailable(redact(url), writes=False):
+            # A RedisCluster is a Redis to the broker: the same commands, routed by slot.
+            return cluster_client(cluster, options)  # type: ignore[return-value]
     return redis.Redis.from_url(url, **options)
 
 
-def wrong_key(
-    key: str, kind: str, expected: str, *, outcome: str = NOTHING_CHANGED
-) -> BrokerRefused:
-    """The error for a key of ours that holds another type than the one we keep there."""
-    return BrokerRefused(
-        f"Redis key {key!r} is a {kind}, not the {expected} django-jobs keeps there: it is not "
-        f"one of ours (written by hand or by another program). Delete it (nothing else uses our "
-        f"namespace), then retry; {outcome}.",
-        key=key,
-    )
-
-
-def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> BrokerRefused:
-    """The named error for an error reply from Redis at url.
-
-    `outcome` says what became of the call: NOTHING_CHANGED, NOTHING_ENQUEUED. Our scripts check
-    their keys before their first write, and Redis refuses a script with a shebang under OOM
-    before it runs, so both mean exactly that.
-    """
-    text = str(exc)
-    if text.startswith(f"{WRONG_KEY} "):
-        kind, expected, key = text[len(WRONG_KEY) + 1 :].split(" ", 2)
-        return wrong_key(key, kind, expected, outcome=outcome)
-    if isinstance(exc, OutOfMemoryError):
-        return BrokerRefused(
-            f"Redis at {url} is out of memory (maxmemory reached, and its policy refuses "
-            f"writes): free memory or raise maxmemory; {outcome}."
-        )
-    if isinstance(exc, ReadOnlyError):
-        return BrokerRefused(
-            f"Redis at {url} is a read-only replica: point JOBS['REDIS_URL'] at the primary; "
-            f"{outcome}."
-        )
-    if isinstance(exc, NoPermissionError):
-        return BrokerRefused(
-            f"Redis at {url} denies this user a command django-jobs needs ({text}): allow it in "
-            f"the user's ACL (EVALSHA, SCRIPT LOAD, TIME and the data commands on our keys)."
-        )
-    if "Error compiling script" in text:
-        return BrokerRefused(
-            f"Redis at {url} cannot compile django-jobs' scripts ({text}): they need Redis 7.0 "
-            f"or later (they open with a '#!lua' shebang line). Upgrade Redis; {outcome}."
-        )
-    if text.startswith("WRONGTYPE"):
-        return BrokerRefused(
-            f"Redis at {url} refused a command ({text}): a key under our namespace holds a type "
-            f"django-jobs did not write. Find it (redis-cli --scan --pattern '<namespace>:*', "
-            f"then TYPE) and delete it; nothing else uses our namespace."
-        )
-    return BrokerRefused(
-        f"Redis at {url} refused the call ({text}). Retry later; if it persists, look at the "
-        f"Redis server's log and configuration."
-    )
-
-
-class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
-    """Turn redis-py errors into BrokerUnavailable (no answer) or BrokerRefused (an error reply).
-
-    writes: whether the call may change something, so that a read's message does not say the
-    operation may still have been applied. A class rather than a generator: every broker call
-    enters one, the worker's hot path once per task.
-    """
-
-    __slots__ = ("outcome", "url", "writes")
-
-    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
-        self.url = url
-        self.writes = writes
-        self.outcome = outcome
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            maybe = "The operation may still have been applied. " if self.writes else ""
-            raise BrokerUnavailable(
-                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
-                f"JOBS['REDIS_URL'] points at it, then retry."
-            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
-        if isinstance(exc, ResponseError):
-            raise refused(self.url, exc, outcome=self.outcome) from None
+def decoded(reply: Any) -> Any:
+    """A script's reply as redis-py gives it with decode_responses: every string as text."""
+    if isinstance(reply, bytes):
+        return reply.decode()
+    if isinstance(reply, list):
+        return [decoded(item) for item in reply]
+    return reply
 
 
 #: Seconds a signal handler may spend telling Redis to end this process's blocked wait.
@@ -190,6 +122,11 @@ class ScriptCalls:
         self.url = redact(settings.redis_url or "")
         self._keys: dict[str, QueueKeys] = {}
         self.scripts = scripts.register(client)
+        #: On a Redis Cluster, the wire script calls travel on (see cluster.py); else None.
+        self.wire: ClusterWire | None = None
+        if isinstance(client, RedisCluster):
+            fragile = [self.scripts[name].sha for name in NOT_REPLAYABLE]
+            self.wire = ClusterWire(client, settings.enqueue_timeout, fragile)
         #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
         self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
         self._own_id: int | None = None  # its CLIENT ID
@@ -211,23 +148,33 @@ class ScriptCalls:
     def _run(
         self, name: str, keys: Sequence[str], args: Sequence[Any], outcome: str = NOTHING_CHANGED
     ) -> Any:
+        if self.wire is not None:
+            return decoded(self._run_raw(name, keys, args, outcome=outcome))
         with self.unavailable(outcome=outcome):
             return self.scripts[name](keys=keys, args=args)
 
     def _run_raw(
-        self, name: str, keys: Sequence[str], args: Sequence[Any], *, writes: bool = True
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        writes: bool = True,
+        outcome: str = NOTHING_CHANGED,
     ) -> Any:
         """Run a script and return its reply as bytes, whatever the stored bytes are
         (`writes=False` for a read-only script: see `unavailable`)."""
         script = self.scripts[name]
         command = ("EVALSHA", script.sha, len(keys), *keys, *args)
-        with self.unavailable(writes=writes):
-            if name in NOT_REPLAYABLE:
-                # Our own round trip, which never sends it twice (redis-py's retry would).
-                (reply,) = self._round_trip([command], own=False, replayable=False)
+        with self.unavailable(writes=writes, outcome=outcome):
+            if name in NOT_REPLAYABLE or self.wire is not None:
+                # Our own round trip, which never sends a dequeue twice (redis-py's retry
+                # would), and on a Cluster follows its redirections (see cluster.py).
+                replayable = name not in NOT_REPLAYABLE
+                (reply,) = self._round_trip([command], own=False, replayable=replayable)
                 if isinstance(reply, NoScriptError):
                     self.client.script_load(script.script)
-                    (reply,) = self._round_trip([command], own=False, replayable=False)
+                    (reply,) = self._round_trip([command], own=False, replayable=replayable)
                 if isinstance(reply, Exception):
                     raise reply
                 return reply
@@ -277,6 +224,8 @@ class ScriptCalls:
         half the caller's time budget (see `connect`), and opening a new connection to a server
         that does not answer would spend more than the rest.
         """
+        if self.wire is not None:
+            return self.wire.round_trip(commands, own=own, replayable=replayable)
         pool = self.client.connection_pool
         for attempt in (1, 2):
             conn: Any = self._own_connection() if own else pool.get_connection()

@@ -31,7 +31,12 @@ from django_jobs.conf.defaults import (
     raw_settings,
 )
 from django_jobs.conf.redact import redact
-from django_jobs.conf.redis_url import CLUSTER_SCHEME, SENTINEL_SCHEME, parse_sentinel_url
+from django_jobs.conf.redis_url import (
+    CLUSTER_SCHEME,
+    SENTINEL_SCHEME,
+    parse_cluster_url,
+    parse_sentinel_url,
+)
 
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 #: Names used inside Redis keys: no braces (hash tags), colons (separators) or whitespace.
@@ -54,30 +59,22 @@ def _check_redis_url(value: Any) -> list[Error]:
             )
         ]
     scheme = urlsplit(value).scheme
-    if scheme == CLUSTER_SCHEME:
-        return [
-            error(
-                3,
-                f"JOBS['REDIS_URL'] names a Redis Cluster ({redact(value)!r}): django-jobs does "
-                "not connect to a Cluster yet.",
-                "Point REDIS_URL at one Redis server (redis://host:port/db) or at its sentinels "
-                "(redis+sentinel://host:26379/<service>/<db>); see the docs' 'Redis Cluster and "
-                "Sentinel' page.",
-            )
-        ]
-    if scheme not in REDIS_SCHEMES:
+    if scheme not in (*REDIS_SCHEMES, CLUSTER_SCHEME):
         shown = redact(value)
         return [
             error(
                 3,
                 f"JOBS['REDIS_URL'] has scheme {scheme or '(none)'!r} ({shown!r}).",
-                "Use redis://host:port/db, rediss:// for TLS, unix:///path/to/socket or "
-                "redis+sentinel://host:26379,host2:26379/<service>/<db>.",
+                "Use redis://host:port/db, rediss:// for TLS, unix:///path/to/socket, "
+                "redis+sentinel://host:26379,host2:26379/<service>/<db> or "
+                "redis+cluster://host:6379,host2:6379 (a Redis Cluster).",
             )
         ]
     try:
         if scheme == SENTINEL_SCHEME:
             parse_sentinel_url(value)
+        elif scheme == CLUSTER_SCHEME:
+            parse_cluster_url(value)
         else:
             parse_url(value)  # type: ignore[no-untyped-call]
     except ValueError as exc:

@@ -39,11 +39,3 @@ def test_check_settings__sentinel_url_is_accepted_and_redacted() -> None:
     with override_settings(JOBS={"REDIS_URL": url}):
         assert check_settings() == []
     assert redact(url) == "redis+sentinel://:***@a:26379,b:26379/mymaster/0"
-
-
-def test_check_settings__a_cluster_url_is_e003_saying_not_yet() -> None:
-    with override_settings(JOBS={"REDIS_URL": "redis+cluster://:hunter2@a:7000,b:7001"}):
-        (message,) = check_settings()
-    assert message.id == "django_jobs.E003"
-    assert "Cluster yet" in message.msg
-    assert "hunter2" not in message.msg
