@@ -30,6 +30,7 @@ WORKER_PROCESS_TESTS = [
     "tests/acceptance/test_metrics_worker.py",
     "tests/acceptance/test_tracing_worker.py",
     "tests/acceptance/test_sentinel_failover.py",
+    "tests/acceptance/test_sentinel_kill.py",
     "tests/acceptance/test_sensitive_worker.py",
     "tests/acceptance/test_limits_worker.py",
 ]

@@ -31,8 +31,8 @@ SERVICE = "jobs"
 class Process:
     """One redis-server (or sentinel) process with its config file."""
 
-    def __init__(self, executable: str, directory: Path, config: str) -> None:
-        self.port = free_port()
+    def __init__(self, executable: str, directory: Path, config: str, port: int = 0) -> None:
+        self.port = port or free_port()
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self.config = directory / "redis.conf"
@@ -107,10 +107,11 @@ class ReplicaPair:
         wait_until(lambda: self.replica.replication().get("master_link_status") == "up", timeout=10)
 
     def crash(self) -> float:
-        """kill -9 the primary, and drop what its link to the replica held; return when."""
+        """kill -9 the primary, and drop what its link to the replica held; return when
+        (time.time(), as the chaos job's log dates its runs)."""
         assert self.primary.process is not None
         self.primary.process.kill()
-        at = time.monotonic()
+        at = time.time()
         if self.link is not None:
             self.link.stop()
         self.primary.stop()
@@ -212,12 +213,11 @@ class SentinelSetup:
 
     def crash(self) -> tuple[float, float]:
         """kill -9 the primary (and its lagging link); wait until the sentinel has promoted the
-        replica and it says it is the primary. Returns (the kill, the promotion) in monotonic
-        seconds."""
+        replica and it says it is the primary. Returns (the kill, the promotion) as time.time()."""
         at = self.pair.crash()
         wait_until(lambda: self.master_port() == self.replica.port, timeout=30, interval=0.05)
         wait_until(lambda: self.replica.replication().get("role") == "master", timeout=15)
-        return at, time.monotonic()
+        return at, time.time()
 
     def stop(self) -> None:
         self.sentinel.stop()

@@ -23,6 +23,7 @@ import pytest
 
 from django_jobs.client import get_broker
 from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.worker.loop import JITTER, MOST
 from testproject.probes.jobs import Sleep, Work
 from tests.acceptance.conftest import Worker
 from tests.conftest import wait_until
@@ -30,6 +31,10 @@ from tests.sentinel import SentinelSetup, sentinel_setup  # noqa: F401 (the fixt
 
 #: Tasks enqueued before the failover, during it (the old primary not yet demoted), after it.
 BEFORE, DURING, AFTER = 150, 100, 50
+#: Seconds with nothing more done after which the missing tasks count as lost: longer than a
+#: worker child's longest back-off (worker.loop.MOST, 5 s, plus its jitter), or a child still
+#: waiting out its back-off from the refusals (NOREPLICAS) counts its tasks as lost.
+STALL = MOST * (1 + JITTER) + 2
 
 
 #: The unguarded run shows what is lost without min-replicas-to-write (docs/scale-redis.rst); it
@@ -90,13 +95,13 @@ def test_runworker__follows_a_sentinel_failover(
         seen = [-1, time.monotonic()]  # done's length, and since when it has not grown
 
         def drained() -> bool:
-            # every acknowledged task done, or nothing more done for 5 s (then count the lost)
+            # every acknowledged task done, or nothing more done for STALL s (then count the lost)
             length = int(direct.llen(done_key))
             if length >= len(acknowledged):
                 return True
             if length != seen[0]:
                 seen[:] = [length, time.monotonic()]
-            return time.monotonic() - seen[1] > 5
+            return time.monotonic() - seen[1] > STALL
 
         wait_until(drained, timeout=60, interval=0.05, why=worker.output)
         took = time.monotonic() - since
