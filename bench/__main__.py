@@ -36,8 +36,10 @@ kill -9. A job that sleeps 60 s is enqueued; once it started, the worker's whole
 gets SIGKILL and a fresh worker starts; the time from the kill until the job starts again, or
 "never" after the cap. django-jobs is measured with its default LEASE (30 s) and a short one.
 
-Last, with ours among the systems, the outbox's cost (bench/outbox.py) and what flows cost
-(bench/flows.py). bench.memory, bench.profile and bench.capacity are run on their own.
+Last, with ours among the systems, the outbox's cost (bench/outbox.py), what flows cost
+(bench/flows.py) and, but for --quick, async jobs against prefork children at the same memory
+(bench/async_io.py, about a minute). bench.memory, bench.profile and bench.capacity are run on
+their own.
 
 N=20000, M=200, 3 runs (medians), drain cap 15 s, kill cap 120 s; --quick: N=300, M=30, 1 run,
 the defaults only, caps 8 s, and ours only with the short lease in the kill case. Ratios
@@ -376,7 +378,8 @@ def main() -> None:
     report(args, sizes, systems, runs, kills, lease, redis_version, elapsed,
            (load_before, loadavg()))  # fmt: skip
     if "ours" in systems and not args.no_extras:
-        for extra in ("bench.outbox", "bench.flows"):  # the outbox's cost; what flows cost
+        # The outbox's cost; what flows cost; async jobs against prefork (not quick: a minute).
+        for extra in ("bench.outbox", "bench.flows", *([] if args.quick else ["bench.async_io"])):
             print()
             command = [sys.executable, "-m", extra, *(["--quick"] if args.quick else [])]
             subprocess.run(command, cwd=ROOT, check=True)

@@ -91,24 +91,32 @@ class Interruptible(_Base):  # type: ignore[valid-type,misc]
 
 
 def result_of(task: Interruptible) -> Any:
-    """The task's result, or the exception it ended with; the error it was interrupted with
-    when it ended cancelled by that interrupt, or with an exception group holding it (a
-    TaskGroup in the handler groups what it did not see as a plain cancellation)."""
+    """The task's result, or what it raised, as `unwrap` tells it."""
     try:
         return task.result()
-    except asyncio.CancelledError as exc:
-        if task.reason is None or isinstance(exc, type(task.reason)):
+    except BaseException as exc:
+        found = unwrap(exc, task.reason)
+        if found is exc:
             raise
-        raise task.reason from None  # no THROWS: the handler saw a plain CancelledError
-    except BaseExceptionGroup as group:
-        reason = task.reason
-        matching = None if reason is None else group.subgroup(type(reason))
+        raise found from exc
+
+
+def unwrap(exc: BaseException, reason: BaseException | None) -> BaseException:
+    """What a run interrupted for reason ended with, for the outcome: the interrupt when the run
+    ended on it (as thrown, as a plain CancelledError without THROWS, or inside an exception
+    group: a TaskGroup in the handler groups what it does not take for a plain cancellation),
+    else exc itself."""
+    if reason is None or isinstance(exc, type(reason)):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        matching = exc.subgroup(type(reason))
         if matching is None:
-            raise
+            return exc
         found: BaseException = matching
         while isinstance(found, BaseExceptionGroup):
             found = found.exceptions[0]
-        raise found from group
+        return found
+    return reason if isinstance(exc, asyncio.CancelledError) else exc
 
 
 def run(awaitable: Awaitable[Any], *, hygiene: bool = False) -> Any:

@@ -63,6 +63,7 @@ class JobsSettings:
     namespace: str
     queues: tuple[str, ...]
     concurrency: int
+    async_concurrency: int
     max_attempts: int
     timeout: float
     retention: float

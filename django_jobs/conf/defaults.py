@@ -19,6 +19,8 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": ("critical", "default", "low"),
     # Child processes per worker, each running one task at a time.
     "CONCURRENCY": 10,
+    # Tasks each child runs at once on one event loop (async handlers); 1: one at a time.
+    "ASYNC_CONCURRENCY": 1,
     # Runs in all (first run plus retries) before a failing task goes dead.
     "MAX_ATTEMPTS": 5,
     # Seconds a task may run before JobTimeout is raised inside it.
@@ -136,6 +138,7 @@ ZERO_ALLOWED = frozenset(
 COUNTS = frozenset(
     {
         "CONCURRENCY",
+        "ASYNC_CONCURRENCY",
         "MAX_ATTEMPTS",
         "MAX_PAYLOAD_BYTES",
         "MAX_CRASHES",

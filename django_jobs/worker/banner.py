@@ -10,16 +10,26 @@ from django.conf import settings as django_settings
 from django_jobs.broker.redis import RedisBroker
 
 
-def banner(broker: RedisBroker, queues: Sequence[str], concurrency: int) -> list[str]:
+def banner(
+    broker: RedisBroker, queues: Sequence[str], concurrency: int, async_concurrency: int = 1
+) -> list[str]:
     """Return the start-up lines: namespace, queues, concurrency, database connections."""
     aliases = len(django_settings.DATABASES)
-    return [
+    lines = [
         f"django-jobs worker on {broker.url} (namespace {broker.settings.namespace!r})",
         f"queues in priority order: {', '.join(queues)}",
         f"concurrency {concurrency}: up to {concurrency * aliases} database connection(s) "
         f"({concurrency} child process(es) x {aliases} database alias(es)); size your "
         f"database's max_connections and pooler for every worker you run",
     ]
+    if async_concurrency > 1:
+        lines.append(
+            f"async concurrency {async_concurrency}: each child runs up to {async_concurrency} "
+            f"tasks at once on an event loop, {concurrency * async_concurrency} in all; a child "
+            "running async handlers may hold one more connection per alias (the thread Django's "
+            "async ORM runs on)"
+        )
+    return lines
 
 
 def redis_warnings(client: redis.Redis) -> list[str]:

@@ -153,7 +153,7 @@ class Child:
             )
         return True
 
-    def run(self) -> None:
+    def _install_signals(self) -> None:
         # Ctrl-C reaches the whole process group: the supervisor decides, not the child.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, self._on_term)
@@ -162,6 +162,9 @@ class Child:
         signal.signal(LOST_SIGNAL, self._on_lost)
         # The supervisor forked us with these blocked; one sent meanwhile is delivered now.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+
+    def run(self) -> None:
+        self._install_signals()
         verdict: Verdict | None = None
         maybe_work = True
         while True:
@@ -259,12 +262,19 @@ class Child:
         table. If this run's lease is lost meanwhile too, it never starts.
         """
         waited = False
-        while self.table.held_elsewhere(self.index, delivery.id):
-            if self.table.is_lost(self.index, delivery.id, delivery.epoch):
-                raise LeaseLost(f"task {delivery.id} lost its lease before its run could start")
+        while self._stale(self.index, delivery):
             time.sleep(STALE_POLL)
             waited = True
         return waited
+
+    def _stale(self, index: int, delivery: Delivery) -> bool:
+        """Whether a slot other than index still runs the task; LeaseLost if the run of slot
+        index lost its lease meanwhile."""
+        if not self.table.held_elsewhere(index, delivery.id):
+            return False
+        if self.table.is_lost(index, delivery.id, delivery.epoch):
+            raise LeaseLost(f"task {delivery.id} lost its lease before its run could start")
+        return True
 
     def _retiring(self) -> bool:
         limit, ceiling = self.settings.max_tasks_per_child, self.settings.max_memory_per_child

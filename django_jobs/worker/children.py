@@ -1,6 +1,9 @@
 """The supervisor's children as processes: fork one, signal them, stop them, say how one ended.
 
-What a child does is child.py; what the supervisor does with what they run is supervisor.py.
+What a child does is child.py (async_child.py for one with several slots); what the supervisor
+does with what they run is supervisor.py. The supervisor keeps one `ChildProcess` per slot of
+the table: an async child's slots each have one, all with its pid, so that what becomes of a run
+(killed for its timeout, its lease lost) is recorded per run.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from django.db import connections
 
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.worker import child
+from django_jobs.worker import async_child, child
 from django_jobs.worker.slots import Running, SlotTable
 
 logger = logging.getLogger("django_jobs.worker.supervisor")
@@ -28,9 +31,11 @@ STOP_WAIT = 5.0
 
 @dataclass
 class ChildProcess:
-    """The supervisor's record of one child process, in its slot."""
+    """The supervisor's record of one slot's child process."""
 
     pid: int
+    #: The slots of the table the process owns (several for an async child), this one among them.
+    slots: range = range(1)
     killed_for_timeout: bool = False
     stopped: bool = False
     #: The run whose lease was lost, signalled at `lost_at` (monotonic), killed if it stays.
@@ -39,9 +44,12 @@ class ChildProcess:
     killed_for_lost: bool = False
 
 
-def spawn(broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: int) -> ChildProcess:
-    """Fork the child of slot index (its slot emptied first)."""
-    table.clear(index)
+def spawn(
+    broker: RedisBroker, queues: Sequence[str], table: SlotTable, slots: range
+) -> list[ChildProcess]:
+    """Fork the child of these slots (emptied first); return a record for each slot."""
+    for index in slots:
+        table.clear(index)
     parent = os.getpid()
     # No database connection may cross a fork: two processes on one socket corrupt it.
     connections.close_all()
@@ -59,38 +67,73 @@ def spawn(broker: RedisBroker, queues: Sequence[str], table: SlotTable, index: i
     if pid == 0:  # pragma: no cover - runs in the child
         code = 0
         try:
-            child.main(broker, queues, table, index, parent)
+            if len(slots) == 1:
+                child.main(broker, queues, table, slots[0], parent)
+            else:
+                async_child.main(broker, queues, table, slots, parent)
         except BaseException:
             logger.exception("worker child %d crashed", os.getpid())
             code = 1
         finally:
             logging.shutdown()
             os._exit(code)
-    return ChildProcess(pid=pid)
+    return [ChildProcess(pid=pid, slots=slots) for _ in slots]
+
+
+def processes(children: Sequence[ChildProcess]) -> list[ChildProcess]:
+    """One record per process not known to have exited (its first slot's)."""
+    return [c for index, c in enumerate(children) if not c.stopped and index == c.slots.start]
 
 
 def signal_all(children: Sequence[ChildProcess], signum: int) -> None:
     """Send signum to every child not known to have exited."""
-    for c in children:
-        if not c.stopped:
-            try:
-                os.kill(c.pid, signum)
-            except ProcessLookupError:
-                pass  # exited already: the supervisor's reap sees it
+    for c in processes(children):
+        try:
+            os.kill(c.pid, signum)
+        except ProcessLookupError:
+            pass  # exited already: the supervisor's reap sees it
+
+
+def stopped(children: Sequence[ChildProcess], c: ChildProcess) -> list[ChildProcess]:
+    """Record that c's process exited, in the records of all its slots; return them."""
+    records = list(children[c.slots.start : c.slots.stop])
+    for record in records:
+        record.stopped = True
+    return records
+
+
+def killed_for_another(children: Sequence[ChildProcess], c: ChildProcess) -> str:
+    """Why the supervisor killed c's process for the run of another of its slots ("" if it
+    did not): an async child's other runs go back then, unspent and not counted as crashes."""
+    for record in children[c.slots.start : c.slots.stop]:
+        if record is c or record.pid != c.pid:
+            continue
+        if record.killed_for_timeout:
+            return "another of its runs was past its timeout"
+        if record.killed_for_lost:
+            return "another of its runs lost its lease and did not stop"
+    return ""
+
+
+def kill_all(children: Sequence[ChildProcess]) -> None:
+    """SIGKILL every child process not known to have exited, and reap it (records unchanged)."""
+    for c in processes(children):
+        os.kill(c.pid, signal.SIGKILL)
+        os.waitpid(c.pid, 0)
 
 
 def stop_all(children: Sequence[ChildProcess]) -> None:
     """Ask children still running to stop, wait a little, then kill what is left."""
     signal_all(children, signal.SIGTERM)
     deadline = time.monotonic() + STOP_WAIT
-    for c in children:
+    for c in processes(children):
         while not c.stopped:
             if os.waitpid(c.pid, os.WNOHANG)[0] != 0:
-                c.stopped = True
+                stopped(children, c)
             elif time.monotonic() > deadline:
                 os.kill(c.pid, signal.SIGKILL)
                 os.waitpid(c.pid, 0)
-                c.stopped = True
+                stopped(children, c)
             else:
                 time.sleep(0.01)
 

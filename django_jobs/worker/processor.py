@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django_jobs import tracing
 from django_jobs.broker.limits import dequeue_args
@@ -25,9 +25,9 @@ from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import UnknownJob
 from django_jobs.execution import run_job
-from django_jobs.jobs import JobContext, registry
+from django_jobs.jobs import Job, JobContext, registry
 from django_jobs.keys import State
-from django_jobs.message import DecodeError, decode, payload_from_json
+from django_jobs.message import DecodeError, Message, decode, payload_from_json
 from django_jobs.metrics import hook
 from django_jobs.worker import policy
 from django_jobs.worker.policy import Attempt, Decision, Fate
@@ -48,6 +48,17 @@ class Outcome:
     queue: str
     state: str
     error: str = ""
+
+
+class Run(NamedTuple):
+    """One run of a task, ready to start (a tuple: built once per task, cheaply)."""
+
+    delivery: Delivery
+    message: Message
+    job: type[Job[Any]]
+    payload: Any
+    attempt: Attempt
+    context: JobContext
 
 
 def _no_guard(timeout: float, attempt: Attempt) -> AbstractContextManager[None]:
@@ -89,6 +100,36 @@ class Processor:
     def decide(self, delivery: Delivery) -> Verdict | None:
         """Run a task handed out by dequeue; return what to write (nothing is written), or
         None when nothing may be written (the run lost its lease: the task is another's)."""
+        run = self.prepare(delivery)
+        return run if isinstance(run, Verdict) else self.execute(run)
+
+    def execute(self, run: Run) -> Verdict | None:
+        """Run a prepared run here, under the guard; return what to write, as `decide`."""
+        started = self.start(run)
+        delivery, job, message, number = run.delivery, run.job, run.message, run.attempt.number
+        try:
+            with self.guard(message.timeout, run.attempt):
+                if tracing.tracer is None:  # a branch, not a nullcontext: free when off
+                    ran = run_job(job, run.payload, run.context, hygiene=self.hygiene)
+                else:
+                    with tracing.running(
+                        job.name, delivery.id, delivery.queue, number, message.trace
+                    ):
+                        ran = run_job(job, run.payload, run.context, hygiene=self.hygiene)
+        except Exception as exc:
+            decision = policy.failed(exc, run.attempt)
+        else:
+            decision = policy.COMPLETED
+            if not ran:
+                logger.info(
+                    "%s %s: an earlier run of this atomic task committed; acknowledged without "
+                    "running it again", job.name, delivery.id,
+                )  # fmt: skip
+        return self.conclude(run, decision, started)
+
+    def prepare(self, delivery: Delivery) -> Run | Verdict:
+        """What a run of the task needs; or, if it cannot run (a corrupt record, an unknown job
+        type), what to write for it instead."""
         try:
             message = decode(delivery.raw)
         except DecodeError as exc:
@@ -124,27 +165,17 @@ class Processor:
             idempotency_key=message.idempotency_key,
             worker_id=self.worker_id,
         )
+        return Run(delivery, message, job, payload, attempt, context)
+
+    def start(self, run: Run) -> float:
+        """Count the run's start (metrics); return its start time (monotonic)."""
         if hook.recorder is not None:
-            hook.recorder.started(message.job, delivery.queue, delivery.enqueued_at)
-        started = time.monotonic()
-        try:
-            with self.guard(message.timeout, attempt):
-                if tracing.tracer is None:  # a branch, not a nullcontext: free when off
-                    ran = run_job(job, payload, context, hygiene=self.hygiene)
-                else:
-                    with tracing.running(
-                        job.name, delivery.id, delivery.queue, number, message.trace
-                    ):
-                        ran = run_job(job, payload, context, hygiene=self.hygiene)
-        except Exception as exc:
-            decision = policy.failed(exc, attempt)
-        else:
-            decision = policy.COMPLETED
-            if not ran:
-                logger.info(
-                    "%s %s: an earlier run of this atomic task committed; acknowledged without "
-                    "running it again", job.name, delivery.id,
-                )  # fmt: skip
+            hook.recorder.started(run.message.job, run.delivery.queue, run.delivery.enqueued_at)
+        return time.monotonic()
+
+    def conclude(self, run: Run, decision: Decision, started: float) -> Verdict | None:
+        """What to write for a run that ended with the policy's decision; None for nothing."""
+        delivery, message = run.delivery, run.message
         if decision.fate is Fate.NOTHING:
             logger.warning(
                 "task %s: run interrupted (lease lost); nothing written for it", delivery.id
@@ -152,8 +183,8 @@ class Processor:
             return None
         return verdict(
             delivery, message.job, decision,
-            retention=message.retention, attempt=number, max_attempts=message.max_attempts,
-            duration=time.monotonic() - started,
+            retention=message.retention, attempt=run.attempt.number,
+            max_attempts=message.max_attempts, duration=time.monotonic() - started,
         )  # fmt: skip
 
 

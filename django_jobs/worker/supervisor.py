@@ -39,7 +39,7 @@ from types import FrameType
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable
-from django_jobs.worker import child, policy
+from django_jobs.worker import child, children, policy
 from django_jobs.worker.backlog import Backlog
 from django_jobs.worker.children import ChildProcess, how_it_ended, signal_all, spawn, stop_all
 from django_jobs.worker.forwarder import Forwarder
@@ -74,6 +74,7 @@ class Supervisor:
         *,
         burst: bool = False,
         shutdown_timeout: float | None = None,
+        async_concurrency: int = 1,
     ) -> None:
         self.broker = broker
         self.settings = broker.settings
@@ -83,7 +84,9 @@ class Supervisor:
         self.shutdown_timeout = (
             self.settings.shutdown_timeout if shutdown_timeout is None else shutdown_timeout
         )
-        self.table = SlotTable(concurrency)
+        #: Slots per child: several make each child an async child (worker/async_child.py).
+        self.per_child = async_concurrency
+        self.table = SlotTable(concurrency * async_concurrency)
         self.children: list[ChildProcess] = []
         self.exit_code = 0
         #: Whether the background loops have had their first round (the "ready" line).
@@ -117,13 +120,14 @@ class Supervisor:
             "pid": os.getpid(),
             "queues": ",".join(self.queues),
             "concurrency": self.concurrency,
+            "async_concurrency": self.per_child,
             "started": time.time(),
         }
 
     def running(self) -> list[Delivery]:
         """The tasks the children run now, as deliveries (for leases and the registry)."""
         out = []
-        for index in range(self.concurrency):
+        for index in range(self.table.size):
             task = self.table.get(index)
             if task is not None:
                 out.append(self._delivery(task))
@@ -149,8 +153,9 @@ class Supervisor:
         if threading.current_thread() is threading.main_thread():  # not under --autoreload
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        for index in range(self.concurrency):
-            self.children.append(spawn(self.broker, self.queues, self.table, index))
+        for first in range(0, self.table.size, self.per_child):
+            slots = range(first, first + self.per_child)
+            self.children += spawn(self.broker, self.queues, self.table, slots)
         try:
             while not self._finished():
                 self._step()
@@ -245,18 +250,17 @@ class Supervisor:
     # -- children ---------------------------------------------------------------------------
 
     def _reap(self) -> None:
-        for index, c in enumerate(self.children):
-            if c.stopped:
-                continue
+        for c in children.processes(self.children):
             pid, status = os.waitpid(c.pid, os.WNOHANG)
             if pid == 0:
                 continue
-            c.stopped = True
-            task = self.table.reset(index)  # it may have died mid-write: not get()
-            if task is not None:
-                self._child_died(c, task, status)
+            for index, record in zip(c.slots, children.stopped(self.children, c), strict=True):
+                task = self.table.reset(index)  # it may have died mid-write: not get()
+                if task is not None:
+                    self._child_died(record, task, status)
             if self.stop_deadline is None:
-                self.children[index] = spawn(self.broker, self.queues, self.table, index)
+                first, last = c.slots.start, c.slots.stop
+                self.children[first:last] = spawn(self.broker, self.queues, self.table, c.slots)
 
     def _child_died(self, c: ChildProcess, task: Running, status: int) -> None:
         """Ask the policy what becomes of the run of a child that exited, and write it."""
@@ -271,6 +275,9 @@ class Supervisor:
             attempt = Attempt(task.attempt, task.max_attempts, int(task.epoch), task.backoff)
             decision = policy.timed_out(attempt, task.timeout)
             what = f"child {c.pid} killed after the timeout's grace"
+        elif why := children.killed_for_another(self.children, c):
+            decision = policy.handed_back(f"its child {c.pid} was killed: {why}")
+            what = decision.error
         else:
             decision = policy.crashed(
                 f"worker child {c.pid} died ({how_it_ended(status)}) while running it"
@@ -316,7 +323,7 @@ class Supervisor:
         and handed out again, to this worker). Interrupt it now, not at the next heartbeat: the
         newer run waits for it to end (child.py `_wait_for_stale_run`)."""
         newest: dict[str, Running] = {}
-        tasks = [self.table.get(index) for index in range(self.concurrency)]
+        tasks = [self.table.get(index) for index in range(self.table.size)]
         for task in tasks:
             best = None if task is None else newest.get(task.task_id)
             if task is not None and (best is None or int(task.epoch) > int(best.epoch)):
@@ -361,11 +368,10 @@ class Supervisor:
 
     def _hand_back_running(self) -> None:
         """Stop busy children now and put their tasks back without spending an attempt."""
+        children.kill_all(self.children)
         for index, c in enumerate(self.children):
             if c.stopped:
                 continue
-            os.kill(c.pid, signal.SIGKILL)
-            os.waitpid(c.pid, 0)
             c.stopped = True
             task = self.table.reset(index)
             if task is None:

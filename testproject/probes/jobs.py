@@ -399,3 +399,6 @@ class Paced(Job[Work]):
 def _done(job: Job[Work], name: str, tag: str) -> None:
     context = job.context
     get_broker().client.rpush(_key(name), f"{tag}:{context.attempt}:{context.crashes}")
+
+
+from testproject.probes import async_jobs as async_jobs  # noqa: E402  (registers the async probes)

@@ -32,4 +32,5 @@ def test_runworker_metrics_port_without_prometheus_client_is_a_command_error(
 
 class _FakeSupervisor:
     concurrency = 1
+    per_child = 1
     table = None

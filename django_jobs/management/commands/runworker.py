@@ -26,6 +26,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--concurrency", type=int, help="child processes (JOBS CONCURRENCY)")
+        parser.add_argument(
+            "--async-concurrency", type=int,
+            help="tasks each child runs at once on an event loop (JOBS ASYNC_CONCURRENCY)",
+        )  # fmt: skip
         parser.add_argument("--queues", help="comma-separated queues, in priority order")
         parser.add_argument("--burst", action="store_true", help="exit once no work is due")
         parser.add_argument("--autoreload", action="store_true", help="restart on code change")
@@ -57,6 +61,12 @@ class Command(BaseCommand):
         concurrency = options["concurrency"] or settings.concurrency
         if concurrency < 1:
             raise CommandError("--concurrency must be 1 or more.")
+        if options["async_concurrency"] is not None:
+            if options["async_concurrency"] < 1:
+                raise CommandError(
+                    "--async-concurrency must be 1 or more (1: each child runs one task at a time)."
+                )
+            settings = dataclasses.replace(settings, async_concurrency=options["async_concurrency"])
         if options["max_tasks_per_child"] is not None:
             settings = dataclasses.replace(
                 settings, max_tasks_per_child=options["max_tasks_per_child"]
@@ -73,7 +83,7 @@ class Command(BaseCommand):
         assert settings.redis_url is not None
         client = connect(settings.redis_url, settings.enqueue_timeout, blocking=WAIT)
         broker = RedisBroker(client, settings)
-        for line in banner(broker, queues, concurrency):
+        for line in banner(broker, queues, concurrency, settings.async_concurrency):
             self.stdout.write(line)
         try:
             with broker.unavailable():
@@ -87,6 +97,7 @@ class Command(BaseCommand):
             concurrency,
             burst=options["burst"],
             shutdown_timeout=options["shutdown_timeout"],
+            async_concurrency=settings.async_concurrency,
         )
         served = None
         if options.get("metrics_port") is not None:
@@ -101,7 +112,7 @@ class Command(BaseCommand):
 
     def serve_metrics(self, supervisor: Supervisor, port: int) -> metrics_worker.WorkerMetrics:
         """Start the metrics endpoint before the children are forked (docs/metrics.rst)."""
-        table, size = supervisor.table, supervisor.concurrency
+        table, size = supervisor.table, supervisor.concurrency * supervisor.per_child
 
         def busy() -> int:
             return sum(table.get(i) is not None for i in range(size))

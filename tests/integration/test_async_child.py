@@ -1,0 +1,111 @@
+"""The async child (worker/async_child.py) run here, on this thread, as test_child_alarm.py runs a
+one-task child: what the supervisor's signal does to one of its runs, and its stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from django_jobs.client import get_broker
+from django_jobs.exceptions import LeaseLost
+from django_jobs.inspector import get_inspector
+from django_jobs.jobs import Job
+from django_jobs.worker.async_child import AsyncChild
+from django_jobs.worker.child import LOST_SIGNAL
+from django_jobs.worker.slots import SlotTable
+from tests.conftest import RedisNamespace, wait_until
+
+#: What the handlers saw, in order.
+seen: list[str] = []
+
+
+@dataclass(frozen=True)
+class Hold:
+    tag: str
+    seconds: float = 60.0
+
+
+class AsyncHold(Job[Hold]):
+    name = "tests.AsyncHold"
+
+    async def run(self, payload: Hold) -> None:
+        try:
+            await asyncio.sleep(payload.seconds)
+        except LeaseLost as exc:
+            seen.append(f"{payload.tag}: {type(exc).__name__}")
+            raise
+        seen.append(f"{payload.tag}: done")
+
+
+@pytest.fixture
+def restored_signals() -> Iterator[None]:
+    """The child installs its handlers in this process: put pytest's back afterwards."""
+    signals = (signal.SIGALRM, signal.SIGINT, signal.SIGTERM, LOST_SIGNAL)
+    saved = {signum: signal.getsignal(signum) for signum in signals}
+    seen.clear()
+    yield
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def meanwhile(action: Callable[[], None]) -> threading.Thread:
+    """Run action on a thread while the child runs on this one (a signal it sends reaches this,
+    the main, thread)."""
+    thread = threading.Thread(target=action, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.django_db(transaction=True)
+def test_async_child__lost_lease_interrupts_that_run_only_and_writes_nothing(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "MAX_TASKS_PER_CHILD": 2}
+    lost = AsyncHold.enqueue(Hold("lost"))
+    AsyncHold.enqueue(Hold("kept", seconds=0.3))
+    table = SlotTable(2)
+    child = AsyncChild(get_broker(), ["default"], table, range(2), os.getppid())
+
+    def lose() -> None:
+        # As the supervisor does: mark the run lost in its slot, then signal the child.
+        def published() -> Any:
+            return next((r for i in range(2) if (r := table.get(i)) and r.task_id == lost.id), 0)
+
+        running = wait_until(published)
+        table.mark_lost(next(i for i in range(2) if table.get(i) == running), running)
+        os.kill(os.getpid(), LOST_SIGNAL)
+
+    thread = meanwhile(lose)
+    child.run()
+    thread.join(timeout=5)
+
+    assert sorted(seen) == ["kept: done", "lost: LeaseLost"]
+    # Nothing was written for the lost run: the task is another worker's now.
+    assert get_inspector().task("default", lost.id).state == "active"
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.django_db(transaction=True)
+def test_async_child__idle_child_stops_at_once_on_sigterm(redis_ns: RedisNamespace) -> None:
+    child = AsyncChild(get_broker(), ["default"], SlotTable(4), range(4), os.getppid())
+
+    def stop() -> None:
+        wait_until(lambda: child.waiter.busy)  # blocked on Redis for work
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = meanwhile(stop)
+    begun = time.monotonic()
+    child.run()
+    thread.join(timeout=5)
+
+    assert time.monotonic() - begun < 2  # not the wait's 5 s: the stop cut it short
