@@ -11,12 +11,15 @@
 --          outcome was written a moment ago, or deleted with retention 0) is neither extended
 --          nor lost. A record that is not a hash (overwritten by hand) is lost; an error names
 --          KEYS[1] if it is not a sorted set (nothing changed).
+-- A run holding a slot of its job type's concurrency_limit (its record's `limited`: see
+-- dequeue.lua) has that slot's lease renewed with its own.
 local deadline = clock() + tonumber(ARGV[2])
 local lost = {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local epoch = redis.pcall('HGET', ARGV[1] .. id, 'epoch')
-  if type(epoch) == 'table' then
+  local f = redis.pcall('HMGET', ARGV[1] .. id, 'epoch', 'limited')
+  local epoch = f[1]
+  if f.err then
     lost[#lost + 1] = id  -- not a hash: not a record of ours any more
     lost[#lost + 1] = ARGV[i + 1]
   elseif epoch == ARGV[i + 1] then
@@ -27,6 +30,9 @@ for i = 3, #ARGV, 2 do
     end
     if score then
       redis.call('ZADD', KEYS[1], 'XX', deadline, id)
+      if f[2] then
+        redis.pcall('ZADD', string.sub(ARGV[1], 1, -3) .. 'running:' .. f[2], 'XX', deadline, id)
+      end
     end
   elseif epoch then
     lost[#lost + 1] = id
