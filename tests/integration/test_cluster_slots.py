@@ -80,8 +80,7 @@ def scenario(broker: Any, ns: RedisNamespace) -> None:
     broker.pause("low")
     broker.resume("low")
     # Schedules.
-    tick = EnqueueRequest("s1", "default", '{"v":1}', idempotency_window=60,
-                          idempotency_key=k.idempotency("probe", "schedule:tick:100.0"))  # fmt: skip
+    tick = request("s1", key=k.idempotency("probe", "schedule:tick:100.0"))
     broker.fire("tick", tick, 100.0, 10)
     broker.skip_fire("tick", 200.0)
     broker.schedule_states(["tick"])
@@ -104,7 +103,6 @@ def scenario(broker: Any, ns: RedisNamespace) -> None:
 
 def test_every_broker_call__names_keys_of_one_cluster_slot(redis_ns: RedisNamespace) -> None:
     broker = get_broker()
-    broker.settings  # noqa: B018 (the settings of redis_ns)
 
     with recording() as audit:
         scenario(broker, redis_ns)
