@@ -33,6 +33,7 @@ WORKER_PROCESS_TESTS = [
     "tests/acceptance/test_sentinel_kill.py",
     "tests/acceptance/test_sensitive_worker.py",
     "tests/acceptance/test_async_worker.py",
+    "tests/acceptance/test_cancel_worker.py",
     "tests/acceptance/test_limits_worker.py",
 ]
 #: Worker-process tests that also run on the Django 6.0 leg (Django's tasks framework end to

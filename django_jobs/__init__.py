@@ -7,6 +7,7 @@ from django_jobs.exceptions import (
     BrokerUnavailable,
     DuplicateJob,
     InvalidPayload,
+    JobCanceled,
     JobsDisabled,
     JobsError,
     JobTimeout,
@@ -22,6 +23,7 @@ from django_jobs.jobs import Fail, Job, JobContext, Retry, SkipRetry
 from django_jobs.schedules.declare import Cron, Every
 
 if TYPE_CHECKING:
+    from django_jobs.canceling import CancelOutcome, cancel
     from django_jobs.client import JobHandle
     from django_jobs.idempotency import once
 
@@ -30,12 +32,14 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "BrokerRefused",
     "BrokerUnavailable",
+    "CancelOutcome",
     "Cron",
     "DuplicateJob",
     "Every",
     "Fail",
     "InvalidPayload",
     "Job",
+    "JobCanceled",
     "JobContext",
     "JobHandle",
     "JobTimeout",
@@ -51,6 +55,7 @@ __all__ = [
     "UnknownQueue",
     "UnknownSchedule",
     "__version__",
+    "cancel",
     "once",
 ]
 
@@ -62,6 +67,11 @@ def __getattr__(name: str) -> object:
         from django_jobs.client import JobHandle
 
         return JobHandle
+    # Loaded on first use, like the client: `import django_jobs` loads no Redis client.
+    if name in ("cancel", "CancelOutcome"):
+        from django_jobs import canceling
+
+        return getattr(canceling, name)
     # once() writes ProcessedTask rows: its model cannot load before the app registry is ready.
     if name == "once":
         from django_jobs.idempotency import once

@@ -36,6 +36,7 @@ from django_jobs.backends.redis import RedisBackend
 from django_jobs.backends.skip import SkipBackend
 from django_jobs.broker.factory import get_broker as get_broker
 from django_jobs.broker.protocol import Accepted
+from django_jobs.canceling import TaskCalls
 from django_jobs.conf import JobsSettings, get_settings, to_seconds
 from django_jobs.conf.redact import REDACTED
 from django_jobs.exceptions import (
@@ -97,8 +98,9 @@ def backend_for(settings: JobsSettings) -> Backend:
 
 
 @dataclass
-class JobHandle:
-    """An enqueued job: its id, where it went, and its state when enqueue returned.
+class JobHandle(TaskCalls):
+    """An enqueued job: its id, where it went, and its state when enqueue returned; `refresh()`
+    reads its state now, `cancel()` cancels it (django_jobs.canceling).
 
     `state` is a task state ("pending", "scheduled"), "deferred" until the transaction of an
     on-commit enqueue commits (then the state it was accepted in), "outboxed" while its task
@@ -109,13 +111,6 @@ class JobHandle:
     job: str
     queue: str
     state: str
-
-    def refresh(self) -> str | None:
-        """Read the task's current state from Redis (None once it is gone)."""
-        state = get_broker().task_state(self.queue, self.id)
-        if state is not None:
-            self.state = state
-        return state
 
 
 @dataclass(frozen=True)

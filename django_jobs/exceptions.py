@@ -143,6 +143,16 @@ class LeaseLost(JobsError):
     """
 
 
+class JobCanceled(JobsError):
+    """The task was canceled while it ran (django_jobs.cancel, the admin, the API or the CLI).
+
+    Raised inside the handler, as `JobTimeout` is. The task ends canceled, not retried and not
+    dead, whether the handler lets it propagate or catches it and returns: catch it only to
+    clean up, then return (or re-raise) within JOBS["CANCEL_GRACE"], after which the run's
+    child is killed, and the task ends canceled all the same.
+    """
+
+
 class MailNotConfigured(JobsError, ImproperlyConfigured):
     """Queued mail has no backend to leave through.
 

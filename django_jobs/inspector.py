@@ -67,6 +67,7 @@ TIME_FIELDS = {
     State.RETRY: "next_at",
     State.DEAD: "died_at",
     State.COMPLETED: "completed_at",
+    State.CANCELED: "canceled_at",
 }
 
 

@@ -1,10 +1,10 @@
 """Every Redis key django-jobs uses: `<namespace>:{<queue>}:<structure>`, and the worker registry.
 
-The `{<queue>}` hash tag puts every key of one queue on one Redis Cluster slot, and every script
-touches the keys of one slot: a queue's, the worker registry's (`<namespace>:{workers}` and
-`<namespace>:{workers}:<id>`, one tag), a schedule's, a flow call's. A fetch over several queues
-is one dequeue call per queue (broker/fetch.py); the tests check every call
-(tests/integration/test_cluster_slots.py).
+The `{<queue>}` hash tag puts every key of one queue on one Redis Cluster slot, so a script that
+touches one queue stays on one slot. Two kinds of script do not: dequeue (and settle's
+ack-and-dequeue) spans every queue a worker serves, one round trip whatever their number, and
+beat writes the registry (`<namespace>:workers`, `<namespace>:worker:<id>`), which has no hash
+tag. On a Cluster, run one worker per queue (see dequeue.lua).
 
 A task's record is the hash `<namespace>:{<queue>}:t:<id>`. Scripts that find ids in a structure
 (dequeue, forward, recover, extend_lease, janitor) are given the prefix `<namespace>:{<queue>}:t:`
@@ -29,7 +29,10 @@ class State:
     RETRY = "retry"
     DEAD = "dead"
     COMPLETED = "completed"
-    ALL = (SCHEDULED, PENDING, ACTIVE, RETRY, DEAD, COMPLETED)
+    #: Canceled before it ran (pending, scheduled, retry), or stopped running when asked to
+    #: (django_jobs.cancel): kept for its retention, like completed.
+    CANCELED = "canceled"
+    ALL = (SCHEDULED, PENDING, ACTIVE, RETRY, DEAD, COMPLETED, CANCELED)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,10 @@ class QueueKeys:
         return self.state(State.COMPLETED)
 
     @cached_property
+    def canceled(self) -> str:
+        return self.state(State.CANCELED)
+
+    @cached_property
     def lease(self) -> str:
         """Sorted set of active task ids, scored by lease deadline (Redis time, seconds)."""
         return f"{self.prefix}:lease"
@@ -104,15 +111,6 @@ class QueueKeys:
     def paused(self) -> str:
         """Present while the queue is paused."""
         return f"{self.prefix}:paused"
-
-    @cached_property
-    def guard(self) -> str:
-        """A key never written, named by the scripts that build keys inside Lua (the records
-        of forward, recover, extend_lease and janitor, the limit keys of ack, retry, kill and
-        requeue), so that a Redis Cluster node moving this queue's slot refuses them (TRYAGAIN)
-        before they start, rather than stop them half-way at a key already moved
-        (broker/cluster.py; dequeue names `paused`, which exists only while it does nothing)."""
-        return f"{self.prefix}:guard"
 
     @cached_property
     def wake(self) -> str:
@@ -157,14 +155,13 @@ def tagged_queue(key: str) -> str:
 
 
 def workers(namespace: str) -> str:
-    """Sorted set of worker ids, scored by their last heartbeat (epoch seconds). Its hash tag
-    puts it on the slot of every worker's hash, which the beat script writes with it."""
-    return f"{namespace}:{{workers}}"
+    """Sorted set of worker ids, scored by their last heartbeat (epoch seconds)."""
+    return f"{namespace}:workers"
 
 
 def worker(namespace: str, worker_id: str) -> str:
     """Hash describing one worker (host, pid, queues, tasks...); expires unless renewed."""
-    return f"{namespace}:{{workers}}:{worker_id}"
+    return f"{namespace}:worker:{worker_id}"
 
 
 def schedules(namespace: str) -> str:

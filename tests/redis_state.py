@@ -26,6 +26,8 @@ TIME_FIELDS = frozenset(
         "died_at",
         "next_at",
         "first_unknown_at",
+        "cancel_requested_at",
+        "canceled_at",
     }
 )
 #: A past time closer than this to the snapshot is shown as "now": tests last less than this.

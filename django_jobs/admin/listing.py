@@ -32,6 +32,7 @@ COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("Crashes", "crashes"),
     ),
     State.COMPLETED: (("Completed", "completed_at"), ("Enqueued", "enqueued_at")),
+    State.CANCELED: (("Canceled", "canceled_at"), ("Enqueued", "enqueued_at")),
 }
 
 

@@ -19,9 +19,9 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from django_jobs.admin.cancel import CancelActions, may_cancel
 from django_jobs.admin.listing import COLUMNS, ListQuery, Row, attempts, job_name, matched
 from django_jobs.admin.pages import (
-    JobsAdmin,
     Notice,
     not_found,
     payload,
@@ -46,7 +46,7 @@ SCAN_LIMIT = 10_000
 
 
 @admin.register(Task)
-class TaskAdmin(JobsAdmin):
+class TaskAdmin(CancelActions):
     """One list for every state, a page per task, and the actions on tasks."""
 
     def routes(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
@@ -56,6 +56,7 @@ class TaskAdmin(JobsAdmin):
             # ".../retry/" is never read as the page of a task whose id ends in "/retry".
             ("<str:queue>/<path:task_id>/retry/", self.retry_task, "retry"),
             ("<str:queue>/<path:task_id>/delete/", self.delete_task, "delete"),
+            ("<str:queue>/<path:task_id>/cancel/", self.cancel_view, "cancel"),
             ("<str:queue>/<path:task_id>/", self.task_view, "change"),
         ]
 
@@ -179,11 +180,11 @@ class TaskAdmin(JobsAdmin):
         return Row(task=task, url=task_url(task), cells=cells, matched=split)
 
     def bulk_action(self, request: HttpRequest, listing: ListQuery) -> HttpResponse:
-        """Retry or delete the tasks ticked on the list (deleting asks first)."""
+        """Retry, cancel or delete the tasks ticked on the list (deleting asks first)."""
         action = request.POST.get("action", "")
         ids = request.POST.getlist("_selected_action")
         back = request.get_full_path()
-        if action not in ("retry_selected", "delete_selected") or not ids:
+        if action not in ("retry_selected", "cancel_selected", "delete_selected") or not ids:
             self.message_user(
                 request,
                 "Pick an action and tick some tasks first. Nothing was changed.",
@@ -207,6 +208,8 @@ class TaskAdmin(JobsAdmin):
                 return messages.SUCCESS, text
 
             return self.act(request, self.has_change_permission(request), retry, back)
+        if action == "cancel_selected":
+            return self.cancel_selected(request, ids, where, back)
         if not self.has_delete_permission(request):
             raise PermissionDenied
         if request.POST.get("post") != "yes":
@@ -266,9 +269,12 @@ class TaskAdmin(JobsAdmin):
                     ("Failed", task.failed_at),
                     ("Died", task.died_at),
                     ("Completed", task.completed_at),
+                    ("Cancel requested", task.cancel_requested_at),
+                    ("Canceled", task.canceled_at),
                 ],
                 "payload": payload(task, indent=2),
                 "can_retry": may_retry(task.state),
+                "can_cancel": may_cancel(task),
                 "can_remove": task.state != State.ACTIVE,
                 "list_url": tasks_url(queue, task.state),
             }

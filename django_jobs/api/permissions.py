@@ -6,8 +6,9 @@ Every request passes three checks, in this order:
 2. `JobsModelPermissions`, always: an active staff user (the admin's own rule, AdminSite.
    has_permission) holding the Task permission the endpoint needs, as the admin's JobsAdmin
    decides: `django_jobs.view_task` (or change_task) to read, `django_jobs.change_task` to retry,
-   pause and resume (queues and schedules) and run a schedule now, `django_jobs.delete_task` to
-   delete. Superusers hold every permission, and permissions granted through a group count.
+   cancel, pause and resume (queues and schedules) and run a schedule now,
+   `django_jobs.delete_task` to delete. Superusers hold every permission, and permissions
+   granted through a group count.
 3. The classes named by the Django setting JOBS_API_PERMISSION_CLASSES (none by default): they
    can only add requirements, never lift the two above.
 """
@@ -46,7 +47,7 @@ GRANTS: dict[Action, tuple[str, ...]] = {
 #: The action in words, for the 403's message.
 DOING: dict[Action, str] = {
     "view": "see queues, tasks, workers and schedules",
-    "change": "retry tasks, pause or resume queues and schedules, run schedules now",
+    "change": "retry or cancel tasks, pause or resume queues and schedules, run schedules now",
     "delete": "delete tasks",
 }
 

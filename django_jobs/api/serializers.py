@@ -74,6 +74,7 @@ class QueueSerializer(serializers.Serializer[QueueInfo]):
     retry = serializers.IntegerField()
     dead = serializers.IntegerField()
     completed = serializers.IntegerField()
+    canceled = serializers.IntegerField()
     processed_today = serializers.IntegerField(help_text="Tasks completed today (UTC).")
     failed_today = serializers.IntegerField(
         help_text="Failed runs today (UTC); each retry and each death counts one."
@@ -134,8 +135,8 @@ class TaskSerializer(serializers.Serializer[TaskInfo]):
     id = serializers.CharField()
     queue = serializers.CharField()
     state = serializers.CharField(
-        help_text="scheduled, pending, active, retry, dead or completed ('' if the record has "
-        "lost it)."
+        help_text="scheduled, pending, active, retry, dead, completed or canceled ('' if the "
+        "record has lost it)."
     )
     job = serializers.CharField(allow_null=True, help_text="Null if the record is corrupt.")
     attempts = serializers.IntegerField(help_text="Runs that failed.")
@@ -149,6 +150,10 @@ class TaskSerializer(serializers.Serializer[TaskInfo]):
     failed_at = serializers.DateTimeField(allow_null=True)
     died_at = serializers.DateTimeField(allow_null=True)
     completed_at = serializers.DateTimeField(allow_null=True)
+    cancel_requested_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it was asked to cancel (a running task stops then)."
+    )
+    canceled_at = serializers.DateTimeField(allow_null=True)
     error = serializers.CharField(allow_null=True, help_text="The last error, one line.")
     decode_error = serializers.CharField(
         allow_null=True, help_text="Why the record cannot be decoded; null when it can."

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, include, path, resolve
 from django.views.decorators.csrf import csrf_exempt
 
-from django_jobs.api import schedules, views
+from django_jobs.api import cancel, schedules, views
 
 app_name = "django_jobs_api"
 
@@ -69,6 +69,7 @@ below = [
     ),
     path("<str:task_id>", views.TaskView.as_view(), name="task"),
     path("<str:task_id>/retry", views.TaskRetryView.as_view(), name="task-retry"),
+    path("<str:task_id>/cancel", cancel.TaskCancelView.as_view(), name="task-cancel"),
 ]
 
 urlpatterns = [

@@ -35,6 +35,8 @@ class QueueInfo:
     processed_today: int
     #: Failed runs today (each retry and each death counts one).
     failed_today: int
+    #: Tasks canceled (kept for their retention, like completed ones).
+    canceled: int = 0
 
     @property
     def holds_tasks(self) -> bool:
@@ -80,6 +82,10 @@ class TaskInfo:
     #: Written by a `Job.sensitive` job type (or, undecodable, saying so): readers show its
     #: payload, idempotency key and raw message redacted (django_jobs.conf.redact.REDACTED).
     sensitive: bool = False
+    #: When an operator asked to cancel it (a running task stops within a heartbeat).
+    cancel_requested_at: datetime | None = None
+    #: When it was canceled.
+    canceled_at: datetime | None = None
 
     def key_matches(self, query: str) -> bool:
         """Whether a search for `query` finds the task by its idempotency key (see

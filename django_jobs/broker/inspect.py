@@ -64,7 +64,7 @@ def _message(raw: bytes | None) -> tuple[Message | None, str | None]:
 #: small fields are read in one HMGET, each large one measured first; the message's limit grows
 #: with MAX_PAYLOAD_BYTES (InspectCalls._limit).
 SMALL = ("state", "attempts", "crashes", "enqueued_at", "started_at", "next_at", "failed_at",
-         "died_at", "completed_at")  # fmt: skip
+         "died_at", "completed_at", "cancel_requested_at", "canceled_at")  # fmt: skip
 SMALL_LIMIT = 64
 ROW: tuple[tuple[str, int], ...] = (("msg", 256 * 1024), ("error", 500))
 FULL = (("msg", 256 * 1024), ("error", 64 * 1024), ("traceback", 256 * 1024))
@@ -132,6 +132,8 @@ def _task_info(
         failed_at=_time(f.get("failed_at")),
         died_at=_time(f.get("died_at")),
         completed_at=_time(f.get("completed_at")),
+        cancel_requested_at=_time(f.get("cancel_requested_at")),
+        canceled_at=_time(f.get("canceled_at")),
         error=text("error"),
         traceback=text("traceback"),
         decode_error=problem,
@@ -177,7 +179,7 @@ class InspectCalls(ScriptCalls):
             commands += [("ZCARD", k.scheduled), ("LLEN", k.pending), ("LLEN", k.active),
                          ("ZCARD", k.retry), ("ZCARD", k.dead), ("ZCARD", k.completed),
                          ("EXISTS", k.paused), ("GET", k.processed(day)),
-                         ("GET", k.failed(day))]  # fmt: skip
+                         ("GET", k.failed(day)), ("ZCARD", k.canceled)]  # fmt: skip
         replies = self._read(commands)
         for command, reply in zip(commands, replies, strict=True):
             if isinstance(reply, ResponseError):  # a structure of ours holding another type
@@ -187,11 +189,12 @@ class InspectCalls(ScriptCalls):
                 raise wrong_key(key, bytes(kind).decode(errors="replace"), expected)
         infos = []
         for i, name in enumerate(names):
-            row = replies[i * 9 : i * 9 + 9]  # nine replies per queue, in the order sent above
-            scheduled, pending, active, retry, dead, completed, paused, processed, failed = row
+            row = replies[i * 10 : i * 10 + 10]  # ten replies per queue, in the order sent above
+            scheduled, pending, active, retry, dead, completed, paused, processed, failed = row[:9]
             infos.append(
                 QueueInfo(name, bool(paused), scheduled, pending, active, retry, dead, completed,
-                          processed_today=_int(processed), failed_today=_int(failed))
+                          processed_today=_int(processed), failed_today=_int(failed),
+                          canceled=row[9])
             )  # fmt: skip
         return infos
 
@@ -365,7 +368,7 @@ class InspectCalls(ScriptCalls):
         """Delete a task whose record is broken (another type, gone, or without a state) and its
         id from every structure but active; False if the record is a task of ours (`delete`)."""
         k = self.keys(queue)
-        structures = (k.scheduled, k.retry, k.dead, k.completed)
+        structures = (k.scheduled, k.retry, k.dead, k.completed, k.canceled)
         return bool(self._run("discard", [k.task(task_id), k.pending, *structures], [task_id]))
 
     def pause(self, queue: str) -> None:

@@ -47,6 +47,8 @@ class Action(StrEnum):
     ACK = "ack"
     RETRY = "retry"
     KILL = "kill"
+    #: A run asked to cancel stopped: the task is canceled (broker/cancel.py).
+    CANCEL = "end_canceled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +125,37 @@ class Deleted(StrEnum):
     MOVED = "moved"
 
 
+class CancelOutcome(StrEnum):
+    """What a cancel did (`django_jobs.cancel`, the admin, the API, the CLI)."""
+
+    #: The task was waiting (pending, scheduled, retry): it is canceled, and never runs.
+    CANCELED = "canceled"
+    #: The task is running: it was asked to stop (JobCanceled raised in its handler within a
+    #: heartbeat), and ends canceled.
+    REQUESTED = "requested"
+    #: The task had ended already (completed, dead, canceled): nothing changed.
+    FINISHED = "finished"
+    #: No such task: never enqueued here, deleted, or expired after its retention.
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A cancel's outcome, and the state the task was in when it came ("" when not found)."""
+
+    outcome: CancelOutcome
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    """What a lease renewal found: the runs (id, epoch) whose lease is lost, and the runs
+    renewed whose task an operator asked to cancel."""
+
+    lost: list[tuple[str, str]]
+    canceled: list[tuple[str, str]]
+
+
 class Broker(Protocol):
     """The state machine of DESIGN.md section 4: every operation the rest of django-jobs uses."""
 
@@ -177,6 +210,10 @@ class Broker(Protocol):
         self, queue: str, held: Sequence[tuple[str, str]]
     ) -> list[tuple[str, str]]: ...
 
+    def renew_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> Renewal: ...
+
+    def end_canceled(self, delivery: Delivery, error: str, traceback: str) -> bool: ...
+
     def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, Requeued]]: ...
 
     def janitor(self, queue: str, limit: int = 1000) -> int: ...
@@ -218,6 +255,8 @@ class Broker(Protocol):
     ) -> Deleted: ...
 
     def release_key(self, key: str, task_id: str, queue: str) -> bool: ...
+
+    def cancel(self, queue: str, task_id: str) -> Cancellation: ...
 
     def pause(self, queue: str) -> None: ...
 

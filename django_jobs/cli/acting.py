@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
+from django_jobs.canceling import TOOK, cancel_task, said
 from django_jobs.cli.confirm import confirm
 from django_jobs.cli.progress import Advance, progress
 from django_jobs.cli.reading import check_id, not_found, queues_of
@@ -22,13 +23,6 @@ from django_jobs.keys import State
 
 #: The states `purge` empties: all but active (running tasks finish or time out).
 PURGEABLE = tuple(state for state in State.ALL if state != State.ACTIVE)
-
-#: What `cancel` answers until cancel exists (issue 21 brings it to Python, admin, API, CLI).
-CANCEL_UNAVAILABLE = (
-    "cancel is not available yet: django-jobs cannot cancel a task so far. Meanwhile "
-    "`manage.py jobs delete <id>` removes a task that is not running, and `manage.py jobs "
-    "pause <queue>` stops workers taking new tasks from a queue."
-)
 
 #: Why an action found no task: it moved out of reach between the lookup and the action.
 GONE = "it is gone: it finished and expired, or was deleted, meanwhile."
@@ -154,9 +148,24 @@ def delete(session: Session, options: dict[str, Any]) -> None:
                     "Delete {count}? Their idempotency keys are released.")  # fmt: skip
 
 
-@subcommand("cancel a task (not available yet)", arg("id", help="the task id"), destructive=True)
+@subcommand("cancel a task: a waiting one now, a running one is asked to stop (ends canceled)",
+            arg("id", help="the task id"), destructive=True)  # fmt: skip
 def cancel(session: Session, options: dict[str, Any]) -> None:
-    raise CommandError(CANCEL_UNAVAILABLE)
+    task_id = options["id"]
+    check_id(task_id)
+    task = session.inspector.find(task_id)
+    if task is None:
+        raise CommandError(not_found(task_id))
+    confirm(session, f"Cancel the {task.state} task {task_id} ({task.job or 'undecodable'}) of "
+                     f"queue {task.queue}?")  # fmt: skip
+    answer = cancel_task(session.inspector.broker, task_id, task.queue)
+    data = {"id": task_id, "queue": task.queue, "outcome": answer.outcome.value,
+            "state": answer.state}  # fmt: skip
+    if answer.outcome in TOOK:
+        session.emit(data, [said(task_id, answer)])
+        return
+    session.emit(data, [])  # --json: the answer too, then the error
+    raise CommandError(said(task_id, answer))
 
 
 @subcommand("stop workers taking new tasks from a queue (running ones finish)",

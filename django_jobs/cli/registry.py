@@ -1,8 +1,8 @@
 """What a subcommand of `manage.py jobs` is, and the session it runs in.
 
 A subcommand is one function taking the session and the parsed options, declared with
-`@subcommand(help, *arguments)`: adding one (`cancel`, when cancel exists) is writing that
-function and listing it in its module's SUBCOMMANDS. Every subcommand gets `--json`; those
+`@subcommand(help, *arguments)`: adding one is writing that function and listing it in its
+module's SUBCOMMANDS. Every subcommand gets `--json`; those
 marked destructive get `--yes` too.
 """
 

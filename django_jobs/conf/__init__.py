@@ -82,6 +82,7 @@ class JobsSettings:
     janitor_interval: float
     shutdown_timeout: float
     timeout_grace: float
+    cancel_grace: float
     max_crashes: int
     dead_max_tasks: int
     dead_max_age: float

@@ -60,6 +60,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_TIMEOUT": 30,
     # Seconds past its timeout a task's child gets before it is killed and replaced.
     "TIMEOUT_GRACE": 10,
+    # Seconds a running task asked to cancel (JobCanceled raised in it) gets to stop before its
+    # child is killed and replaced; the task ends canceled either way.
+    "CANCEL_GRACE": 10,
     # Crashes (worker died under the task) before a task goes dead.
     "MAX_CRASHES": 3,
     # Dead tasks kept per queue (oldest trimmed first) and their maximum age in seconds.
@@ -119,6 +122,7 @@ DURATIONS = frozenset(
         "JANITOR_INTERVAL",
         "SHUTDOWN_TIMEOUT",
         "TIMEOUT_GRACE",
+        "CANCEL_GRACE",
         "DEAD_MAX_AGE",
         "UNKNOWN_JOB_DELAY",
         "UNKNOWN_JOB_GRACE",

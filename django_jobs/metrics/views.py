@@ -22,7 +22,7 @@ from django_jobs.broker.factory import get_broker
 from django_jobs.exceptions import BrokerUnavailable, JobsDisabled
 from django_jobs.metrics.worker import require
 
-STATES = ("pending", "scheduled", "retry", "active", "dead", "completed")
+STATES = ("pending", "scheduled", "retry", "active", "dead", "completed", "canceled")
 
 
 class QueuesCollector:

@@ -55,6 +55,7 @@ class PrometheusRecorder:
         self.failed = counter("django_jobs_failed", "Runs whose handler raised (or timed out).")
         self.retried = counter("django_jobs_retried", "Tasks put back to run later (retry).")
         self.dead = counter("django_jobs_dead", "Tasks that went to the dead state.")
+        self.canceled = counter("django_jobs_canceled", "Runs that stopped for their cancel.")
         self.crashes = counter("django_jobs_crashed", "Worker children that died under a task.")
         self.run_seconds = p.Histogram(
             "django_jobs_run_seconds", "Run time of the handler, per outcome written.", labels,
@@ -77,6 +78,8 @@ class PrometheusRecorder:
             self.completed.labels(v.job, v.queue).inc()
         elif v.action is Action.RETRY:
             self.retried.labels(v.job, v.queue).inc()
+        elif v.action is Action.CANCEL:
+            self.canceled.labels(v.job, v.queue).inc()
         else:
             self.dead.labels(v.job, v.queue).inc()
         if v.action is not Action.ACK and v.spend:

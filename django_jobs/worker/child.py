@@ -12,6 +12,8 @@ The handler runs on the child's main thread, so the task timeout is a SIGALRM th
 JobTimeout inside it. A handler that does not return to Python in time (C code holding the GIL,
 a handler that swallows JobTimeout) is killed by the supervisor after a grace period. A run whose
 lease the supervisor found lost gets LeaseLost the same way (SIGUSR1), and nothing is written.
+So does a run whose task was canceled, with JobCanceled, on the same signal (`interruption` says
+which: the slot table's marks); it ends canceled however the handler ends (`_end_canceled`).
 
 A child dies with its supervisor: on Linux the kernel kills it (a parent-death signal); where
 the kernel cannot, it checks its parent before each fetch and before it starts a task, so an
@@ -36,7 +38,7 @@ from types import FrameType
 
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.exceptions import BrokerUnavailable, JobTimeout, LeaseLost
+from django_jobs.exceptions import BrokerUnavailable, JobCanceled, JobTimeout, LeaseLost
 from django_jobs.worker.loop import Backoff, Outage
 from django_jobs.worker.policy import Attempt
 from django_jobs.worker.processor import Processor, log_outcome
@@ -122,6 +124,8 @@ class Child:
         self._alarm_handler = self._on_alarm  # one bound method, to compare by identity
         #: The run LeaseLost was raised in (id, epoch): raised once per run.
         self._interrupted: tuple[str, str] | None = None
+        #: The run JobCanceled was raised in (id, epoch): raised once per run.
+        self._canceled: tuple[str, str] | None = None
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # From the supervisor: finish the task at hand (if any), write it, and exit.
@@ -134,13 +138,42 @@ class Child:
             raise JobTimeout(f"timed out after {self.armed:g} s")
 
     def _on_lost(self, signum: int, frame: FrameType | None) -> None:
-        # From the supervisor, after it marked the lost run: interrupt only that run.
+        # From the supervisor, after it marked the run lost or canceled: interrupt only that run.
+        error = self.interruption()
+        if error is not None:
+            raise error
+
+    def interruption(self) -> LeaseLost | JobCanceled | None:
+        """What LOST_SIGNAL asks of the running handler, to raise in it: LeaseLost when the
+        supervisor marked this run lost, else JobCanceled when it marked it canceled; each once
+        per run (a second one would cut its except and finally blocks short), and None for a run
+        not marked (the child moved on) or once raised. A runner of async handlers calls this on
+        the signal too, and raises the answer into the coroutine (then `_end_canceled` holds)."""
         task = self.current
-        if self.armed and task and self.table.is_lost(self.index, task.id, task.epoch):
-            if self._interrupted == (task.id, task.epoch):
-                return  # raised once for this run: let its except and finally blocks finish
-            self._interrupted = (task.id, task.epoch)
-            raise LeaseLost(f"task {task.id} lost its lease: run interrupted")
+        if not (self.armed and task):
+            return None
+        run = (task.id, task.epoch)
+        if self._interrupted == run:
+            return None
+        if self.table.is_lost(self.index, task.id, task.epoch):
+            self._interrupted = run
+            return LeaseLost(f"task {task.id} lost its lease: run interrupted")
+        if self._canceled != run and self.table.is_canceled(self.index, task.id, task.epoch):
+            self._canceled = run
+            return JobCanceled(f"task {task.id} was canceled: run interrupted")
+        return None
+
+    def _end_canceled(self, kind: type[BaseException] | None) -> None:
+        """A run JobCanceled was raised in ends canceled, however its handler ended (it
+        returned, or raised something else): raise JobCanceled out of it for the policy. Not
+        when its lease was lost since: then nothing is written."""
+        task, run = self.current, self._canceled
+        self._canceled = None
+        if task is None or run != (task.id, task.epoch) or self._interrupted == run:
+            return
+        if kind is None or not issubclass(kind, JobCanceled | LeaseLost):
+            how = "returned" if kind is None else f"raised {kind.__name__}"
+            raise JobCanceled(f"task {task.id} was canceled while it ran (its handler {how})")
 
     def _orphaned(self) -> bool:
         """Whether the supervisor died (this process was handed to another parent)."""
@@ -251,6 +284,8 @@ class Child:
         finally:
             self.armed = 0.0
             signal.setitimer(signal.ITIMER_REAL, 0)
+        if self._canceled is not None:
+            self._end_canceled(kind)
 
     def _wait_for_stale_run(self, delivery: Delivery) -> bool:
         """Start no run of a task that another child of this worker still runs.

@@ -42,6 +42,8 @@ class ChildProcess:
     lost: Running | None = None
     lost_at: float = 0.0
     killed_for_lost: bool = False
+    #: Killed because its run did not stop within JOBS["CANCEL_GRACE"] of its cancel.
+    killed_for_cancel: bool = False
 
 
 def spawn(
@@ -112,6 +114,8 @@ def killed_for_another(children: Sequence[ChildProcess], c: ChildProcess) -> str
             return "another of its runs was past its timeout"
         if record.killed_for_lost:
             return "another of its runs lost its lease and did not stop"
+        if record.killed_for_cancel:
+            return "another of its runs was canceled and did not stop"
     return ""
 
 

@@ -9,6 +9,10 @@ running task to the recoverers. The recoverer renews too, before it recovers any
 A flow event's run also holds its call's replay lease: the same tick renews it (beating at
 least every JOBS["FLOW_REPLAY_RENEW"]), and a replay whose lease is lost, or whose call was
 canceled, is interrupted as a run whose task lease is lost (`on_lost`).
+
+The renewal also answers which renewed runs an operator asked to cancel (the mark cancel.lua
+leaves in a running task's record): each is reported once (`on_cancel`), so a cancel reaches a
+running task within a heartbeat, without a round trip of its own.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ MISSED_BEATS = 3
 #: Called with a running task whose lease was lost, and the seconds since its lease was last
 #: renewed (by this worker's clock).
 OnLost = Callable[[Delivery, float], None]
+#: Called with a running task an operator asked to cancel (once per run).
+OnCancel = Callable[[Delivery], None]
 
 
 class Heartbeat(Component):
@@ -43,12 +49,14 @@ class Heartbeat(Component):
         running: Callable[[], Sequence[Delivery]],
         on_lost: OnLost | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_cancel: OnCancel | None = None,
     ) -> None:
         self.broker = broker
         self.worker_id = worker_id
         self.info = info
         self.running = running
         self.on_lost = on_lost
+        self.on_cancel = on_cancel
         self.clock = clock
         settings = broker.settings
         self.interval = min(settings.heartbeat_interval, settings.flow_replay_renew)
@@ -59,6 +67,8 @@ class Heartbeat(Component):
         #: Runs (id, epoch) whose lease was found lost: their outcome will not be written here.
         #: By epoch, not id: a stale and a new run of one task may both be here at once.
         self.lost: set[tuple[str, str]] = set()
+        #: Runs (id, epoch) whose cancel was reported.
+        self.canceled: set[tuple[str, str]] = set()
         #: When leases were last renewed, all of them (by clock).
         self.renewed_at = clock()
 
@@ -92,17 +102,21 @@ class Heartbeat(Component):
         first: Exception | None = None
         for queue, held in by_queue.items():
             try:
-                lost = set(self.broker.extend_leases(queue, [(d.id, d.epoch) for d in held]))
+                renewal = self.broker.renew_leases(queue, [(d.id, d.epoch) for d in held])
             except Exception as exc:
                 if unreachable(exc):
                     raise
                 first = first or exc
                 continue
+            lost, canceled = set(renewal.lost), set(renewal.canceled)
             for delivery in held:
                 run = (delivery.id, delivery.epoch)
                 if run in lost and run not in self.lost:
                     self.lost.add(run)
                     self._lost(delivery, self.clock() - self.renewed_at)
+                elif run in canceled and run not in self.canceled:
+                    self.canceled.add(run)
+                    self._canceled(delivery)
         replays = [d for d in deliveries if d.queue in self.flow_queues]
         replays = [d for d in replays if (d.id, d.epoch) not in self.lost]
         try:
@@ -117,7 +131,9 @@ class Heartbeat(Component):
             if unreachable(exc):
                 raise
             first = first or exc
-        self.lost &= {(d.id, d.epoch) for d in deliveries}
+        runs = {(d.id, d.epoch) for d in deliveries}
+        self.lost &= runs
+        self.canceled &= runs
         if first is not None:
             raise first
         self.renewed_at = self.clock()
@@ -130,6 +146,14 @@ class Heartbeat(Component):
             "task %s lost its lease (another worker recovered it): its outcome here will not "
             "be written", delivery.id,
         )  # fmt: skip
+
+    def _canceled(self, delivery: Delivery) -> None:
+        if self.on_cancel is not None:
+            self.on_cancel(delivery)
+            return
+        self.logger.warning(
+            "task %s was asked to cancel; nothing here can interrupt it: it runs on", delivery.id
+        )
 
     def beat(self, deliveries: Sequence[Delivery]) -> None:
         tasks = json.dumps([{"id": d.id, "queue": d.queue} for d in deliveries])

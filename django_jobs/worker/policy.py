@@ -14,6 +14,10 @@ the caller writes it through the broker, under the run's epoch. The rules:
 - `Fail(reason)`, `SkipRetry`: dead now, spending the attempt (SkipRetry keeps the traceback).
 - LeaseLost, or a child killed after losing its lease: write nothing. The task is another
   worker's now; checking the lease before writing is the epoch guard of every script.
+- JobCanceled (an operator canceled the running task; the child raises it for any way the run
+  ends once the cancel reached it, see worker/cancels.py), or a child killed after
+  JOBS["CANCEL_GRACE"] (or dead on its own) once the cancel reached it: canceled, nothing spent,
+  never retried. A lost lease wins over a cancel: the task is no longer this run's to end.
 - a crash (the child died on its own): back to pending as a crash; the requeue script sends it
   to dead past JOBS["MAX_CRASHES"].
 - a corrupt record (garbage the dequeue reported, a message or payload that does not decode):
@@ -29,7 +33,7 @@ import traceback
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from django_jobs.exceptions import LeaseLost, UnknownJob
+from django_jobs.exceptions import JobCanceled, LeaseLost, UnknownJob
 from django_jobs.jobs import MAX_FREE_RETRIES, Fail, Retry, SkipRetry
 
 #: The longest error line kept with a task, in characters: an exception's message can be huge.
@@ -53,6 +57,8 @@ class Fate(enum.Enum):
     REQUEUE = "requeue"
     #: Nothing is written: the task is another worker's now.
     NOTHING = "nothing"
+    #: Canceled: an operator asked the run to stop, and it did (or was stopped).
+    CANCEL = "cancel"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +102,8 @@ def failed(exc: BaseException, attempt: Attempt) -> Decision:
     """A run raised exc. Call inside the `except` block: the traceback is taken from there."""
     if isinstance(exc, LeaseLost):
         return lease_lost()
+    if isinstance(exc, JobCanceled):
+        return canceled(error_line(exc), current_traceback())
     if isinstance(exc, Retry):
         if attempt.deliveries <= MAX_FREE_RETRIES:
             return Decision(Fate.RETRY, delay=exc.delay, error=error_line(exc), spend=False)
@@ -130,6 +138,17 @@ def crashed(reason: str) -> Decision:
 def handed_back(reason: str) -> Decision:
     """The run was stopped, or never started: back to pending, nothing spent."""
     return Decision(Fate.REQUEUE, error=reason, spend=False)
+
+
+def canceled(error: str, trace: str = "") -> Decision:
+    """The run stopped for its cancel (JobCanceled, or its child stopped after the cancel)."""
+    return Decision(Fate.CANCEL, error=error, traceback=trace, spend=False)
+
+
+def stopped_for_cancel(how: str) -> Decision:
+    """The run's child is gone after the cancel reached it (killed after the grace, dead on its
+    own, or stopped with the worker): `how`, in words."""
+    return canceled(f"JobCanceled: {how}")
 
 
 def lease_lost() -> Decision:

@@ -198,8 +198,10 @@ def verdict(delivery: Delivery, job: str, decision: Decision, **fields: Any) -> 
         action = Action.RETRY
     elif d.fate is Fate.KILL:
         action = Action.KILL
+    elif d.fate is Fate.CANCEL:
+        action = Action.CANCEL
     else:
-        raise ValueError(f"a verdict is an ack, a retry or a kill, not {d.fate}")
+        raise ValueError(f"a verdict is an ack, a retry, a kill or a cancel, not {d.fate}")
     fields.pop("retention", None)
     fields.update(delay=d.delay, error=d.error, traceback=d.traceback, spend=d.spend,
                   unknown=d.unknown)  # fmt: skip
@@ -223,16 +225,21 @@ def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) 
         written = broker.retry(delivery, d.delay, d.error, d.traceback, spend=d.spend)
     elif d.fate is Fate.KILL:
         written = broker.kill(delivery, d.error, d.traceback, spend=d.spend)
+    elif d.fate is Fate.CANCEL:
+        written = broker.end_canceled(delivery, d.error, d.traceback)
     else:
         return None  # NOTHING (and ACK, which only a finished run decides: its child writes it)
     if not written:
         return None
     if hook.recorder is not None:  # a run killed after its timeout's grace: counted here
         hook.recorder.finished(verdict(delivery, hook.job_of(broker, delivery), d), True)
+    if d.fate is Fate.CANCEL:
+        return State.CANCELED
     return State.RETRY if d.fate is Fate.RETRY else State.DEAD
 
 
-STATES = {Action.ACK: State.COMPLETED, Action.RETRY: State.RETRY, Action.KILL: State.DEAD}
+STATES = {Action.ACK: State.COMPLETED, Action.RETRY: State.RETRY, Action.KILL: State.DEAD,
+          Action.CANCEL: State.CANCELED}  # fmt: skip
 
 
 def outcome(verdict: Verdict, written: bool) -> Outcome:
@@ -259,6 +266,8 @@ def log_outcome(verdict: Verdict, written: bool) -> None:
         )  # fmt: skip
     elif v.action is Action.ACK:
         logger.info("%s %s completed (attempt %d, %.3fs)", v.job, v.task_id, v.attempt, v.duration)
+    elif v.action is Action.CANCEL:
+        logger.info("%s %s canceled while it ran: %s", v.job, v.task_id, v.error)
     elif v.action is Action.RETRY and v.unknown:
         logger.warning("%s %s put back: %s", v.job, v.task_id, v.error)
     elif v.action is Action.RETRY and not v.spend:

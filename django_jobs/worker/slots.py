@@ -10,7 +10,8 @@ and even when done, and a reader retries until it reads the same even number bef
 
 Beside each slot, the supervisor marks a run whose lease was lost (task id and epoch) before it
 signals the child, which interrupts its run only if it is that very run: the child may have
-moved on to another task between the supervisor's look and its signal.
+moved on to another task between the supervisor's look and its signal. A run whose task was
+asked to cancel is marked the same way, in marks of its own (one signal carries both).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class SlotTable:
         self.size = size
         self.memory = mmap.mmap(-1, RECORD.size * size)
         self.lost_marks = mmap.mmap(-1, LOST.size * size)
+        self.cancel_marks = mmap.mmap(-1, LOST.size * size)
 
     def set(self, index: int, running: Running) -> None:
         """Record that the child in slot index runs this task."""
@@ -140,12 +142,26 @@ class SlotTable:
 
     def mark_lost(self, index: int, running: Running) -> None:
         """Record that this run, in slot index, lost its lease (before signalling its child)."""
-        task_id = running.task_id.encode("ascii", "replace")
-        LOST.pack_into(self.lost_marks, index * LOST.size, int(running.epoch), task_id)
+        _mark(self.lost_marks, index, running)
 
     def is_lost(self, index: int, task_id: str, epoch: str) -> bool:
         """Whether the supervisor marked this run (task id and epoch) of slot index as lost."""
-        marked_epoch, raw_id = LOST.unpack_from(self.lost_marks, index * LOST.size)
-        return str(marked_epoch) == epoch and raw_id.rstrip(b"\0").decode("ascii", "replace") == (
-            task_id
-        )
+        return _marked(self.lost_marks, index, task_id, epoch)
+
+    def mark_canceled(self, index: int, running: Running) -> None:
+        """Record that this run, in slot index, was asked to cancel (before signalling)."""
+        _mark(self.cancel_marks, index, running)
+
+    def is_canceled(self, index: int, task_id: str, epoch: str) -> bool:
+        """Whether the supervisor marked this run (task id and epoch) of slot index canceled."""
+        return _marked(self.cancel_marks, index, task_id, epoch)
+
+
+def _mark(marks: mmap.mmap, index: int, running: Running) -> None:
+    task_id = running.task_id.encode("ascii", "replace")
+    LOST.pack_into(marks, index * LOST.size, int(running.epoch), task_id)
+
+
+def _marked(marks: mmap.mmap, index: int, task_id: str, epoch: str) -> bool:
+    marked_epoch, raw_id = LOST.unpack_from(marks, index * LOST.size)
+    return str(marked_epoch) == epoch and raw_id.rstrip(b"\0").decode("ascii", "replace") == task_id

@@ -8,6 +8,8 @@ slot table. The supervisor reads that table to
 - kill a child stuck past its task's timeout plus a grace period, and retry the task;
 - interrupt a run whose lease was lost (LeaseLost in its child, SIGUSR1), kill its child if it
   does not return within the grace, and write nothing for it: the task is another worker's;
+- interrupt a run whose task was canceled (JobCanceled, the same signal), kill its child if it
+  does not stop within JOBS["CANCEL_GRACE"], and write it canceled (cancels.py);
 - stop cleanly: on SIGTERM/SIGINT (or `request_stop`, from the autoreloader's thread) children
   stop fetching and finish their task within the shutdown timeout; the rest are stopped and
   their tasks put back without spending an attempt. A second signal is immediate.
@@ -41,6 +43,7 @@ from django_jobs.broker.redis import RedisBroker
 from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.worker import child, children, policy
 from django_jobs.worker.backlog import Backlog
+from django_jobs.worker.cancels import Cancels
 from django_jobs.worker.children import ChildProcess, how_it_ended, signal_all, spawn, stop_all
 from django_jobs.worker.forwarder import Forwarder
 from django_jobs.worker.heartbeat import Heartbeat
@@ -97,9 +100,11 @@ class Supervisor:
         self.requests: list[tuple[str, bool]] = []
         self.stop_deadline: float | None = None
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.cancels = Cancels(self.table, self.settings.cancel_grace)
         self.heartbeat = Heartbeat(
-            broker, self.worker_id, self.info(), self.running, on_lost=self._lease_lost
-        )
+            broker, self.worker_id, self.info(), self.running, on_lost=self._lease_lost,
+            on_cancel=lambda delivery: self.cancels.request(self.children, delivery),
+        )  # fmt: skip
         self.backlog = Backlog(broker)
         self.relay = Relay(broker, self.worker_id)
         self.ticker = Ticker(
@@ -213,6 +218,7 @@ class Supervisor:
         self._reap()
         self._interrupt_stale_runs()
         self._enforce_timeouts()
+        self.cancels.enforce(self.children)
         until_next_tick = self.ticker.run_due()
         if not self.ready:
             self.ready = True
@@ -271,7 +277,12 @@ class Supervisor:
                 "nothing written for it", delivery.id, c.pid, self.settings.timeout_grace,
             )  # fmt: skip
             return
-        if c.killed_for_timeout:
+        if asked := self.cancels.ended(c.pid, task):
+            grace = self.settings.cancel_grace
+            how = f"killed {grace:g}s after its cancel" if asked.killed else how_it_ended(status)
+            what = f"child {c.pid} gone ({how}) before its canceled run stopped"
+            decision = policy.stopped_for_cancel(what)
+        elif c.killed_for_timeout:
             attempt = Attempt(task.attempt, task.max_attempts, int(task.epoch), task.backoff)
             decision = policy.timed_out(attempt, task.timeout)
             what = f"child {c.pid} killed after the timeout's grace"
@@ -378,6 +389,8 @@ class Supervisor:
                 continue
             try:
                 decision = policy.handed_back("stopped")
+                if self.cancels.ended(c.pid, task):  # a canceled run does not go back
+                    decision = policy.stopped_for_cancel("stopped with its worker after its cancel")
                 state = write_decision(self.broker, self._delivery(task), decision)
                 logger.info("task %s put back (worker stopping): %s", task.task_id, state)
             except BrokerUnavailable as exc:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import redis
 from django.db import connection
 
-from django_jobs import Job, once
+from django_jobs import Job, JobCanceled, once
 from django_jobs.client import get_broker
 from django_jobs.keys import QueueKeys
 from django_jobs.mail import DeliverEmail, EmailPayload
@@ -394,6 +394,29 @@ class Paced(Job[Work]):
         started = broker.client.hget(record, "started_at")
         when = started.decode() if isinstance(started, bytes) else str(started)
         broker.client.rpush(_key("paced"), f"{payload.tag}:{self.context.attempt}:{when}")
+
+
+class Cancelable(Job[Work]):
+    """Sleep in short steps for a minute, until canceled (probe:canceled lists the tags that saw
+    JobCanceled); then, by the tag's first word: "return" catches it and returns, "raise" lets
+    it propagate, "ignore" catches it and sleeps on (until its child is killed)."""
+
+    max_attempts = 3
+
+    def run(self, payload: Work) -> None:
+        client = get_broker().client
+        client.hset(_key("started"), payload.tag, f"{os.getpid()}:{self.context.attempt}")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.02)
+            except JobCanceled:
+                client.rpush(_key("canceled"), payload.tag)
+                if payload.tag.startswith("raise"):
+                    raise
+                if payload.tag.startswith("return"):
+                    return
+        client.rpush(_key("done"), payload.tag)
 
 
 def _done(job: Job[Work], name: str, tag: str) -> None:

@@ -124,6 +124,8 @@ def seed_every_state() -> dict[str, str]:
     assert delivery.id == ids[State.ACTIVE]
     ids[State.PENDING] = Noop.enqueue(Note("waiting")).id
     ids[State.SCHEDULED] = Noop.enqueue(Note("later"), delay=3600).id
+    ids[State.CANCELED] = Noop.enqueue(Note("dropped"), delay=3600).id
+    get_broker().cancel("default", ids[State.CANCELED])
     inspector = get_inspector()
     for state, task_id in ids.items():
         info = inspector.find(task_id)
@@ -189,6 +191,7 @@ def test_overview__reports_depths_counters_paused_and_workers(api: APIClient) ->
         "retry": 1,
         "dead": 1,
         "completed": 1,
+        "canceled": 1,
         "processed_today": 1,
         "failed_today": 2,
     }

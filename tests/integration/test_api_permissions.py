@@ -121,17 +121,24 @@ def schedules(settings: Any, redis_ns: RedisNamespace) -> None:
     settings.JOBS = {**settings.JOBS, "SCHEDULE": SCHEDULES}
 
 
-def seed(paused: bool) -> Seeded:
-    seeded = Seeded(
-        api_task=Fails.enqueue(Note("api"), queue="default").id,
-        admin_task=Fails.enqueue(Note("admin"), queue="low").id,
-    )
-    run_burst(["default", "low"])
+def seed(paused: bool, waiting: bool = False) -> Seeded:
+    """A dead task on each side; with `waiting`, a scheduled one instead (to cancel)."""
+    if waiting:
+        seeded = Seeded(
+            api_task=Noop.enqueue(Note("api"), queue="default", delay=3600).id,
+            admin_task=Noop.enqueue(Note("admin"), queue="low", delay=3600).id,
+        )
+    else:
+        seeded = Seeded(
+            api_task=Fails.enqueue(Note("api"), queue="default").id,
+            admin_task=Fails.enqueue(Note("admin"), queue="low").id,
+        )
+        run_burst(["default", "low"])
     inspector = get_inspector()
     for queue in ("default", "low"):
         info = inspector.task(queue, seeded.task(queue))
         assert info is not None
-        assert info.state == State.DEAD
+        assert info.state == (State.SCHEDULED if waiting else State.DEAD)
         if paused:
             inspector.pause(queue)
             inspector.pause_schedule(schedule_of(queue))
@@ -165,6 +172,10 @@ def task_deleted(insp: Inspector, queue: str, task_id: str) -> bool:
 
 def task_retried(insp: Inspector, queue: str, task_id: str) -> bool:
     return state_of(insp, queue, task_id) == State.PENDING
+
+
+def task_canceled(insp: Inspector, queue: str, task_id: str) -> bool:
+    return state_of(insp, queue, task_id) == State.CANCELED
 
 
 def queue_paused(insp: Inspector, queue: str, task_id: str) -> bool:
@@ -263,6 +274,8 @@ class Endpoint:
     query: str = ""
     #: Queues start paused (to resume them).
     paused: bool = False
+    #: The seeded tasks are scheduled, not dead (to cancel them).
+    waiting: bool = False
     #: Whether the API's answer shows the seeded task.
     shows_task: bool = False
 
@@ -281,6 +294,7 @@ FAILED = "/failed"
 TASKS = "/tasks"
 TASK = "/<str:task_id>"
 RETRY = "/<str:task_id>/retry"
+CANCEL = "/<str:task_id>/cancel"
 PAUSE = "/queues/<str:queue>/pause"
 RESUME = "/queues/<str:queue>/resume"
 DEAD = "/queues/<str:queue>/dead"
@@ -308,6 +322,7 @@ ROUTES = [
     TASKS,
     TASK,
     RETRY,
+    CANCEL,
     PAUSE,
     RESUME,
     DEAD,
@@ -329,6 +344,7 @@ ENDPOINTS = [
     *(Endpoint("options", route, 200, (QUEUES_PAGE,)) for route in ROUTES),
     Endpoint("delete", TASK, 204, (admin_task("delete"),), task_deleted),
     Endpoint("post", RETRY, 200, (admin_task("retry"),), task_retried),
+    Endpoint("post", CANCEL, 200, (admin_task("cancel"),), task_canceled, waiting=True),
     Endpoint("post", PAUSE, 200, (admin_queue("pause"),), queue_paused),
     Endpoint("post", RESUME, 200, (admin_queue("resume"),), queue_resumed, paused=True),
     Endpoint("post", DEAD_RETRY, 200, (admin_queue("retry_all_dead"),), dead_retried),
@@ -382,7 +398,7 @@ def test_permission_matrix__covers_every_endpoint_and_method() -> None:
 def test_permission_matrix__api_allows_what_the_admin_allows(
     redis_ns: RedisNamespace, db: None, kind: Kind, endpoint: Endpoint
 ) -> None:
-    seeded = seed(endpoint.paused)
+    seeded = seed(endpoint.paused, endpoint.waiting)
     insp = get_inspector()
     client = kind.client()
 

@@ -49,6 +49,7 @@ OPERATIONS = [
     ("GET", "/api/v1/admin/jobs/{task_id}"),
     ("DELETE", "/api/v1/admin/jobs/{task_id}"),
     ("POST", "/api/v1/admin/jobs/{task_id}/retry"),
+    ("POST", "/api/v1/admin/jobs/{task_id}/cancel"),
     ("POST", "/api/v1/admin/jobs/queues/{queue}/pause"),
     ("POST", "/api/v1/admin/jobs/queues/{queue}/resume"),
     ("POST", "/api/v1/admin/jobs/queues/{queue}/dead/retry"),

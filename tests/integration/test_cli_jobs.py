@@ -76,9 +76,9 @@ def test_stats__queues_workers_and_outbox_as_a_table_and_as_json(redis_ns: Redis
     lines = out.splitlines()
     assert lines[0].split() == [
         *("QUEUE", "PAUSED", "SCHEDULED", "PENDING", "ACTIVE", "RETRY", "DEAD", "COMPLETED"),
-        *("DONE", "TODAY", "FAILED", "TODAY"),
+        *("CANCELED", "DONE", "TODAY", "FAILED", "TODAY"),
     ]
-    assert lines[2].split() == ["default", "no", "0", "1", "0", "0", "1", "0", "0", "1"]
+    assert lines[2].split() == ["default", "no", "0", "1", "0", "0", "1", "0", "0", "0", "1"]
     assert "workers: 0 live, 0 of 0 slots busy" in out
     assert "outbox (off (JOBS['OUTBOX'])): 0 rows waiting, oldest -, 0 held" in out
     by_name = {q["name"]: q for q in data["queues"]}
@@ -321,7 +321,7 @@ def test_purge__plain_lines_on_a_terminal_without_rich(
     assert err.splitlines() == ["deleted: 10/30", "deleted: 20/30", "deleted: 30/30"]
 
 
-# -- pause, resume, schedules, cancel -------------------------------------------------------
+# -- pause, resume, schedules (cancel: test_cancel.py) ---------------------------------------
 
 
 def test_pause_and_resume__a_queue(redis_ns: RedisNamespace) -> None:
@@ -345,11 +345,6 @@ def test_schedules__table_and_json(redis_ns: RedisNamespace, settings: Any) -> N
     )  # fmt: skip
     assert data["next_fire_at"] is not None
     assert "sync  probes.Noop  every 30 seconds" in out
-
-
-def test_cancel__says_it_is_not_available_yet(redis_ns: RedisNamespace) -> None:
-    with pytest.raises(CommandError, match="cancel is not available yet"):
-        jobs("cancel", "0" * 32, "--json")
 
 
 # -- errors ---------------------------------------------------------------------------------

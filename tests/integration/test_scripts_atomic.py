@@ -219,11 +219,19 @@ def test_worker_paths__wrong_typed_wake_key_still_hand_back(
         ),
         pytest.param(q("scheduled"), "string", lambda b: b.forward("default"), id="forward"),
         pytest.param(q("completed"), "list", lambda b: b.janitor("default"), id="janitor"),
-        pytest.param("{workers}", "string", lambda b: b.beat("w1", {"pid": 1}, 10), id="beat"),
+        pytest.param("workers", "string", lambda b: b.beat("w1", {"pid": 1}, 10), id="beat"),
         pytest.param(q("dead"), "hash", lambda b: b.run_now("default", "a", "dead"), id="run_now"),
         pytest.param(
             q("retry"), "list", lambda b: b.delete("default", "a", "retry", None), id="delete"
         ),
+        pytest.param(q("canceled"), "list", lambda b: b.cancel("default", "a"), id="cancel"),
+        pytest.param(
+            q("canceled"), "string", lambda b: b.end_canceled(held("a"), "E", ""), id="end_canceled"
+        ),
+        pytest.param(
+            q("active"), "zset", lambda b: b.end_canceled(held("a"), "E", ""), id="end_canc_active"
+        ),
+        pytest.param(q("canceled"), "hash", lambda b: b.janitor("default"), id="janitor_canceled"),
     ],
 )
 def test_worker_paths__wrong_typed_state_key_changes_nothing_and_names_it(

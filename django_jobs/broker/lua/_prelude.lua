@@ -234,3 +234,22 @@ local function crashed(key, id, budget, why, pending, dead, wakekey)
   redis.call('ZADD', dead, now, id)
   return 'dead'
 end
+-- shelve(key, id, canceled, default, now): file task `id` (record `key`, its structure left
+-- already) as canceled: state canceled, canceled_at now, and its id in the canceled set until
+-- now + the retention its message says (`default` seconds when the message cannot be read); a
+-- retention of 0 deletes the record instead, as ack does. The one place a task becomes canceled
+-- (cancel: it was waiting; end_canceled: its run stopped). The caller checked the types.
+local function shelve(key, id, canceled, default, now)
+  local ok, msg = pcall(cjson.decode, redis.call('HGET', key, 'msg') or '')
+  local retention = tonumber(default)
+  if ok and type(msg) == 'table' and type(msg.retention) == 'number' then
+    retention = msg.retention
+  end
+  if retention <= 0 then
+    redis.call('DEL', key)
+    return
+  end
+  redis.call('HSET', key, 'state', 'canceled', 'canceled_at', stamp(now))
+  redis.call('HDEL', key, 'next_at')
+  redis.call('ZADD', canceled, now + retention, id)
+end

@@ -5,19 +5,21 @@
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  lease in seconds from now
 -- ARGV[3], ARGV[4], ...  pairs of task id and the epoch the worker holds
--- Returns  the pairs (id, epoch held) whose lease is lost, flat: id, epoch, id, ... (recovered
---          and handed on since: the epoch moved on): the worker must not write their outcome.
---          The epoch says which run: one worker may hold a stale and a new run of one task. A task that finished under the same epoch (its
---          outcome was written a moment ago, or deleted with retention 0) is neither extended
---          nor lost. A record that is not a hash (overwritten by hand) is lost; an error names
---          KEYS[1] if it is not a sorted set (nothing changed).
--- A run holding a slot of its job type's concurrency_limit (its record's `limited`: see
--- dequeue.lua) has that slot's lease renewed with its own.
+-- Returns  {lost, canceled}, two flat lists of pairs (id, epoch held): id, epoch, id, ...
+--          lost: the runs whose lease is lost (recovered and handed on since: the epoch moved
+--          on): the worker must not write their outcome. The epoch says which run: one worker
+--          may hold a stale and a new run of one task. A task that finished under the same
+--          epoch (its outcome was written a moment ago, or deleted with retention 0) is neither
+--          extended nor lost. A record that is not a hash (overwritten by hand) is lost.
+--          canceled: the runs renewed whose task an operator asked to cancel (the mark of
+--          cancel.lua): the worker interrupts them with JobCanceled.
+--          An error names KEYS[1] if it is not a sorted set (nothing changed).
 local deadline = clock() + tonumber(ARGV[2])
 local lost = {}
+local canceled = {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local f = redis.pcall('HMGET', ARGV[1] .. id, 'epoch', 'limited')
+  local f = redis.pcall('HMGET', ARGV[1] .. id, 'epoch', 'cancel_requested_at')
   local epoch = f[1]
   if f.err then
     lost[#lost + 1] = id  -- not a hash: not a record of ours any more
@@ -31,7 +33,8 @@ for i = 3, #ARGV, 2 do
     if score then
       redis.call('ZADD', KEYS[1], 'XX', deadline, id)
       if f[2] then
-        redis.pcall('ZADD', string.sub(ARGV[1], 1, -3) .. 'running:' .. f[2], 'XX', deadline, id)
+        canceled[#canceled + 1] = id
+        canceled[#canceled + 1] = epoch
       end
     end
   elseif epoch then
@@ -39,4 +42,4 @@ for i = 3, #ARGV, 2 do
     lost[#lost + 1] = ARGV[i + 1]
   end
 end
-return lost
+return {lost, canceled}

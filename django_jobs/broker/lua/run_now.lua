@@ -27,7 +27,9 @@ if ARGV[2] == '1' then
   redis.call('HDEL', KEYS[1], 'died_at', 'first_unknown_at')
 end
 redis.call('HSET', KEYS[1], 'state', 'pending')
-redis.call('HDEL', KEYS[1], 'next_at')
+-- A cancel that came too late for an earlier run (it ended completed, retry or dead) is
+-- forgotten: the operator wants this run.
+redis.call('HDEL', KEYS[1], 'next_at', 'cancel_requested_at', 'cancel_request', 'canceled_from')
 redis.call('LPUSH', KEYS[3], id)
 wake(KEYS[4])
 return 1
