@@ -71,4 +71,3 @@ def replicated(
             wanted=settings.replica_acks,
         )
     return replies
-
