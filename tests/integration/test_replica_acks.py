@@ -65,6 +65,9 @@ def acks(tmp_path: Path, settings: Any) -> Iterator[ReplicaPair]:
     [
         pytest.param(lambda: [Keep.enqueue(Note("one"))], id="one"),
         pytest.param(lambda: [Keep.enqueue(Note("keyed"), idempotency_key="k")], id="keyed"),
+        pytest.param(  # its key in its job type's home queue, the task on another (a hand-off)
+            lambda: [Keep.enqueue(Note("moved"), queue="low", idempotency_key="k")], id="handed-off"
+        ),
         pytest.param(lambda: Keep.enqueue_many([Note("a"), Note("b"), Note("c")]), id="many"),
     ],
 )
