@@ -1,10 +1,10 @@
 """Every Redis key django-jobs uses: `<namespace>:{<queue>}:<structure>`, and the worker registry.
 
-The `{<queue>}` hash tag puts every key of one queue on one Redis Cluster slot, so a script that
-touches one queue stays on one slot. Two kinds of script do not: dequeue (and settle's
-ack-and-dequeue) spans every queue a worker serves, one round trip whatever their number, and
-beat writes the registry (`<namespace>:workers`, `<namespace>:worker:<id>`), which has no hash
-tag. On a Cluster, run one worker per queue (see dequeue.lua).
+The `{<queue>}` hash tag puts every key of one queue on one Redis Cluster slot, and every script
+touches the keys of one slot: a queue's, the worker registry's (`<namespace>:{workers}` and
+`<namespace>:{workers}:<id>`, one tag), a schedule's, a flow call's. A fetch over several queues
+is one dequeue call per queue (broker/fetch.py); the tests check every call
+(tests/integration/test_cluster_slots.py).
 
 A task's record is the hash `<namespace>:{<queue>}:t:<id>`. Scripts that find ids in a structure
 (dequeue, forward, recover, extend_lease, janitor) are given the prefix `<namespace>:{<queue>}:t:`
@@ -113,6 +113,15 @@ class QueueKeys:
         return f"{self.prefix}:paused"
 
     @cached_property
+    def guard(self) -> str:
+        """A key never written, named by the scripts that build keys inside Lua (the records
+        of forward, recover, extend_lease and janitor, the limit keys of ack, retry, kill and
+        requeue), so that a Redis Cluster node moving this queue's slot refuses them (TRYAGAIN)
+        before they start, rather than stop them half-way at a key already moved
+        (broker/cluster.py; dequeue names `paused`, which exists only while it does nothing)."""
+        return f"{self.prefix}:guard"
+
+    @cached_property
     def wake(self) -> str:
         """A short list of wake-up tokens that idle workers block on."""
         return f"{self.prefix}:wake"
@@ -155,13 +164,14 @@ def tagged_queue(key: str) -> str:
 
 
 def workers(namespace: str) -> str:
-    """Sorted set of worker ids, scored by their last heartbeat (epoch seconds)."""
-    return f"{namespace}:workers"
+    """Sorted set of worker ids, scored by their last heartbeat (epoch seconds). Its hash tag
+    puts it on the slot of every worker's hash, which the beat script writes with it."""
+    return f"{namespace}:{{workers}}"
 
 
 def worker(namespace: str, worker_id: str) -> str:
     """Hash describing one worker (host, pid, queues, tasks...); expires unless renewed."""
-    return f"{namespace}:worker:{worker_id}"
+    return f"{namespace}:{{workers}}:{worker_id}"
 
 
 def schedules(namespace: str) -> str:

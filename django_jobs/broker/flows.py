@@ -120,15 +120,33 @@ class FlowStore:
         version: int = 1,
     ) -> tuple[str, str]:
         """Record a new call (under its flow's code version); ("ok", call), ("exists",
-        status) or ("duplicate", call)."""
+        status) or ("duplicate", call).
+
+        Two round trips with an idempotency key, one without, each call on one Redis Cluster
+        slot: the key is taken first (SET NX: it names its call as soon as it is taken, and a
+        start retried with the same call id finds its own), then the call's hashes are written
+        (flow_start) with its entries in the indexes (flow_index), in one round trip.
+        """
         k = self.keys
-        keys = [k.meta(call_id), k.status(call_id), k.runs(), k.runs(flow)]
-        if key is not None:
-            keys.append(k.idempotency(flow, key))
         window = max(1, round(self.settings.idempotency_window * 1000))
-        args = [call_id, flow, input_json, metadata_json, window, version, uuid.uuid4().hex]
-        status, value = self._run("flow_start", keys, args)
-        return str(status), str(value)
+        if key is not None:
+            with self.broker.unavailable():
+                holder = self.broker.client.set(
+                    k.idempotency(flow, key), call_id, nx=True, px=window, get=True
+                )
+            if holder is not None and holder != call_id:
+                return "duplicate", str(holder)
+        args: list[Any] = [call_id, flow, input_json, metadata_json, window, version,
+                           uuid.uuid4().hex]  # fmt: skip
+        calls: list[tuple[str, list[str], list[Any]]] = [
+            ("flow_start", [k.meta(call_id), k.status(call_id)], args),
+            ("flow_index", [k.runs()], [call_id]),
+            ("flow_index", [k.runs(flow)], [call_id]),
+        ]
+        with self.broker.unavailable():
+            started, *_ = self.broker._pipeline(calls)
+        status, value = (part.decode() for part in started)
+        return status, value
 
     def acquire(self, call_id: str) -> Acquired:
         """Take the call's replay lease under a new epoch and read its state (one round trip)."""

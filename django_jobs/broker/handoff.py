@@ -66,8 +66,8 @@ class HandoffCalls(ScheduleCalls):
 
     def handed_off(self, request: EnqueueRequest) -> bool:
         """Whether a request's idempotency key is in another slot than its queue's."""
-        key = request.idempotency_key
-        return key is not None and not key.startswith(f"{self.keys(request.queue).prefix}:")
+        key = request.idempotency_key  # a prefix ends with "}": "{a}" is not one of "{ab}:..."
+        return key is not None and not key.startswith(self.keys(request.queue).prefix)
 
     def _moved(self, key: str, queue: str) -> str:
         """Key `key` of ours, in the slot of `queue` instead of its own."""
@@ -138,7 +138,7 @@ class HandoffCalls(ScheduleCalls):
         """InspectCalls.delete, for a key in another slot too: the task's copy of it released
         with the task, then the home's (two calls: a failure between them keeps the home's key
         until its window ends, refusing the job's key to the end of its window)."""
-        if idempotency_key is None or idempotency_key.startswith(f"{self.keys(queue).prefix}:"):
+        if idempotency_key is None or idempotency_key.startswith(self.keys(queue).prefix):
             return super().delete(queue, task_id, state, idempotency_key)
         reply = super().delete(queue, task_id, state, self._moved(idempotency_key, queue))
         if reply is Deleted.DELETED:

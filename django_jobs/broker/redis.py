@@ -7,15 +7,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from django_jobs.broker.cancel import CancelCalls
+from django_jobs.broker.cluster_wait import ClusterWait
 from django_jobs.broker.connection import (
     NOTHING_ENQUEUED,
     refused,
     wrong_key,
 )
 from django_jobs.broker.connection import connect as connect
+from django_jobs.broker.fetch import Call
 from django_jobs.broker.handoff import HandoffCalls, accepted
 from django_jobs.broker.protocol import (
     Accepted,
@@ -58,7 +60,7 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
-class RedisBroker(HandoffCalls, CancelCalls):
+class RedisBroker(HandoffCalls, CancelCalls, ClusterWait):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
     the read side and the operator's actions in inspect.py, the wire in connection.py."""
 
@@ -155,8 +157,9 @@ class RedisBroker(HandoffCalls, CancelCalls):
         if len(flat) % 9:
             self._warn_broken(flat[-1])
             flat = flat[:-1]
-        elif self._broken:
-            self._broken = frozenset()
+        elif self._broken:  # these queues' keys are sound again (a fetch is per queue)
+            tags = [f"{{{queue}}}" for queue in queues]
+            self._broken = frozenset(e for e in self._broken if not any(t in e for t in tags))
         out = []
         for i in range(0, len(flat), 9):
             index, task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = flat[
@@ -202,12 +205,16 @@ class RedisBroker(HandoffCalls, CancelCalls):
                     "%s The queue is skipped until then: its tasks wait, other queues are served.",
                     wrong_key(key, kind, expected),
                 )
-        self._broken = broken
+        self._broken |= broken
 
     def dequeue_many(self, queues: Sequence[str], count: int) -> list[Delivery]:
-        """Move up to count pending tasks to active, queues in strict priority order."""
-        keys, args = self._dequeue_call(queues, count)
-        return self._deliveries(queues, self._run_raw("dequeue", keys, args))
+        """Move up to count pending tasks to active, queues in strict priority order (one
+        dequeue call per queue: see fetch.py)."""
+        with self.unavailable():
+            _, deliveries, failed = self.fetch(queues, count, own=False)
+            if failed is not None:
+                raise failed
+        return deliveries
 
     def settle(
         self, verdicts: Sequence[Verdict], queues: Sequence[str], count: int
@@ -219,48 +226,39 @@ class RedisBroker(HandoffCalls, CancelCalls):
         connection of its own (see `_own_connection`), so only one thread may call it.
         """
         calls = [self._verdict_call(verdict) for verdict in verdicts]
-        if count:
-            keys, args = self._dequeue_call(queues, count)
-            if calls and calls[-1][0] == "ack":
-                # The common case, one script call: ack the last task and fetch the next.
-                _, ack_keys, ack_args = calls.pop()
-                calls.append(("ack_dequeue", [*ack_keys, *keys], [*ack_args, *args]))
-            else:
-                calls.append(("dequeue", keys, args))
         with self.unavailable():
-            replies = self._pipeline(calls, own=True, errors=True)
+            deliveries: list[Delivery] = []
             failed = None
+            if count:  # the fetch (fetch.py), with the outcomes in its first round trip
+                replies, deliveries, failed = self.fetch(queues, count, own=True, before=calls)
+            else:
+                replies = self._pipeline(calls, own=True, errors=True)
             for reply in replies:  # a loop, not a generator: the hot path
                 if isinstance(reply, Exception):
                     failed = reply
                     break
             if failed is not None:
-                if count and not isinstance(replies[-1], Exception):
-                    # An outcome was refused but the fetch after it ran: hand what it fetched
-                    # back, or it would wait in active until its lease expires.
-                    for delivery in self._deliveries(queues, replies[-1]):
-                        self.requeue(delivery, crash=False, reason="its fetch came with a refusal")
+                # An outcome was refused but the fetch after it ran: hand what it fetched
+                # back, or it would wait in active until its lease expires.
+                for delivery in deliveries:
+                    self.requeue(delivery, crash=False, reason="its fetch came with a refusal")
                 raise failed
-        if count and calls[-1][0] == "ack_dequeue":
-            acked, fetched = replies.pop()
-            replies += [acked, fetched]
-        written = [bool(reply) for reply in replies[: len(verdicts)]]
-        return written, self._deliveries(queues, replies[-1]) if count else []
+        return [bool(reply) for reply in replies], deliveries
 
     def _verdict_call(self, verdict: Verdict) -> tuple[str, list[str], list[Any]]:
         k = self.keys(verdict.queue)
         task = k.task(verdict.task_id)
         if verdict.action == "ack":
-            keys = [task, k.active, k.lease, k.completed, k.processed(today())]
+            keys = [task, k.active, k.lease, k.completed, k.processed(today()), k.guard]
             return "ack", keys, [verdict.task_id, verdict.epoch, verdict.retention, COUNTER_TTL]
         if verdict.action == "retry":
-            keys = [task, k.active, k.lease, k.retry, k.failed(today())]
+            keys = [task, k.active, k.lease, k.retry, k.failed(today()), k.guard]
             args = [verdict.task_id, verdict.epoch, verdict.delay, verdict.error,
                     verdict.traceback, int(verdict.spend), COUNTER_TTL,
                     int(verdict.unknown)]  # fmt: skip
             return "retry", keys, args
         if verdict.action == "kill":
-            keys = [task, k.active, k.lease, k.dead, k.failed(today())]
+            keys = [task, k.active, k.lease, k.dead, k.failed(today()), k.guard]
             args = [verdict.task_id, verdict.epoch, verdict.error, verdict.traceback,
                     int(verdict.spend), COUNTER_TTL]  # fmt: skip
             return "kill", keys, args
@@ -279,22 +277,18 @@ class RedisBroker(HandoffCalls, CancelCalls):
 
         Redis runs a client's pipelined commands in order, so the fetch runs the moment the
         BLPOP returns. Like `settle`, it runs on this process's own connection; a signal handler
-        may cut the block short with `interrupt_wait`.
+        may cut the block short with `interrupt_wait`. On a Cluster, one BLPOP per queue (each
+        wake key on its own slot): cluster_wait.py.
         """
-        keys, args = self._dequeue_call(queues, 1)
-        commands = [
-            ("BLPOP", *(self.keys(queue).wake for queue in queues), timeout),
-            ("EVALSHA", self.scripts["dequeue"].sha, len(keys), *keys, *args),
-        ]
+        if self.wire is not None:
+            return self.cluster_wait(queues, timeout)
+        wait = ("BLPOP", *(self.keys(queue).wake for queue in queues), timeout)
         with self.unavailable():
-            woken, fetched = self._round_trip(commands, own=True, replayable=False)
-            if isinstance(fetched, NoScriptError):
-                fetched = self._run_raw("dequeue", keys, args)
-            if isinstance(fetched, Exception):
-                raise fetched
+            (woken,), deliveries, failed = self.fetch(queues, 1, own=True, lead=[wait])
+            if failed is not None:
+                raise failed
         # A task fetched is handed out even if the BLPOP failed (a wake key of another type):
         # dropping it would strand it in active until its lease expires.
-        deliveries = self._deliveries(queues, fetched)
         if isinstance(woken, ResponseError) and not deliveries:
             # BLPOP fails at once on such a key: without this error, an idle child would
             # call again at once, forever. The worker backs off on it.
@@ -340,18 +334,21 @@ class RedisBroker(HandoffCalls, CancelCalls):
 
         Returns where it went (dead: a crash past the budget), or None if the delivery is stale.
         """
-        k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.pending, k.dead, k.wake]
-        args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason]
-        reply = self._run("requeue", keys, args)
+        reply = self._run(*self._requeue_call(delivery, crash, reason))
         return Requeued(reply) if reply else None
+
+    def _requeue_call(self, delivery: Delivery, crash: bool, reason: str) -> Call:
+        k = self.keys(delivery.queue)
+        keys = [k.task(delivery.id), k.active, k.lease, k.pending, k.dead, k.wake, k.guard]
+        args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason]
+        return "requeue", keys, args
 
     # -- background loops -------------------------------------------------------------------
 
     def forward(self, queue: str, limit: int = 1000) -> int:
         """Move due scheduled and retry tasks to pending; return how many moved."""
         k = self.keys(queue)
-        keys = [k.scheduled, k.retry, k.pending, k.wake]
+        keys = [k.scheduled, k.retry, k.pending, k.wake, k.guard]
         return int(self._run("forward", keys, [k.task_prefix, limit]))
 
     def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -362,7 +359,7 @@ class RedisBroker(HandoffCalls, CancelCalls):
     def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, Requeued]]:
         """Hand back tasks whose lease expired; return (id, new state) pairs."""
         k = self.keys(queue)
-        keys = [k.lease, k.active, k.pending, k.dead, k.wake]
+        keys = [k.lease, k.active, k.pending, k.dead, k.wake, k.guard]
         flat = self._run("recover", keys, [k.task_prefix, self.settings.max_crashes, limit])
         return [
             (task_id, Requeued(state)) for task_id, state in zip(flat[::2], flat[1::2], strict=True)
@@ -373,7 +370,7 @@ class RedisBroker(HandoffCalls, CancelCalls):
         were deleted."""
         k = self.keys(queue)
         args = [k.task_prefix, self.settings.dead_max_tasks, self.settings.dead_max_age, limit]
-        return int(self._run("janitor", [k.completed, k.dead, k.canceled], args))
+        return int(self._run("janitor", [k.completed, k.dead, k.canceled, k.guard], args))
 
     def beat(self, worker_id: str, info: dict[str, str | int | float], ttl: float) -> None:
         """Publish a worker in the registry for ttl seconds (renewed by the next beat)."""

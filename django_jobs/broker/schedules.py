@@ -3,9 +3,11 @@
 Per schedule, `<ns>:schedule:<name>` (a hash: the last fire time handled, the last enqueue and
 its task, the paused flag) and `<ns>:schedule:<name>:fires` (its last fires, bounded); the set
 `<ns>:schedules` names those Redis holds, so a worker can delete the state of a schedule no
-longer configured. A fire is one script, `fire` (the enqueue script with the fire time's
-idempotency key, then the record). These keys have no hash tag: on a Redis Cluster a fire spans
-two slots, like dequeue (see keys.py).
+longer configured. A fire is three round trips, each on one Redis Cluster slot: a read of the
+schedule's hash (its last fire and paused flag), the enqueue of its task under the fire time's
+idempotency key (so however many workers fire one fire time, one task is enqueued), then the
+record, `fire` (the last fire time only moves forward), and the history entry. A pause that
+comes between the read and the enqueue lets that one fire through.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from django_jobs.broker.connection import NOTHING_ENQUEUED
 from django_jobs.broker.info import Fire, ScheduleState
 from django_jobs.broker.inspect import InspectCalls
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
 from django_jobs.keys import schedule, schedule_fires, schedules
 
+#: What became of a fire whose record failed (the enqueue went in).
+RECORD_LOST = "its task was enqueued, but the fire was not recorded (the next tick finds its key)"
 #: The fields of a schedule's hash, in the order schedule_states reads them.
 FIELDS = ("last_fire", "last_fired_at", "last_task_id", "last_task_queue", "paused")
 
@@ -55,6 +58,10 @@ class ScheduleCalls(InspectCalls):
         """The enqueue script's keys and arguments for one task (RedisBroker's)."""
         raise NotImplementedError
 
+    def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
+        """Enqueue tasks (RedisBroker's)."""
+        raise NotImplementedError
+
     def time(self) -> float:
         """Redis' clock, in epoch seconds."""
         with self.unavailable(writes=False):
@@ -64,20 +71,32 @@ class ScheduleCalls(InspectCalls):
     def fire(
         self, name: str, request: EnqueueRequest, fire_time: float | None, history: int
     ) -> Accepted | None:
-        """Enqueue a schedule's task and record the fire in one script; see the Protocol."""
-        assert request.idempotency_key is not None, "a fire always has its idempotency key"
-        keys, args = self._enqueue_call(request)
-        ns = self.settings.namespace
-        keys += [schedule(ns, name), schedule_fires(ns, name)]
+        """Enqueue a schedule's task, then record the fire; see the Protocol (and the module
+        for its round trips)."""
         key = request.idempotency_key
+        assert key is not None, "a fire always has its idempotency key"
+        ns = self.settings.namespace
+        if fire_time is not None:
+            (state,) = self._read([("HMGET", schedule(ns, name), "last_fire", "paused")])
+            if isinstance(state, list):  # else not a hash: the record below names the key
+                last = _float(state[0])
+                if (last is not None and last >= fire_time) or state[1] == b"1":
+                    return None  # fired or skipped by another worker, or paused
+        (accepted,) = self.enqueue([request])
+        task_id = request.id if accepted.duplicate_of is None else ""
         prefix = key[: key.rfind(f":schedule:{name}:") + len(f":schedule:{name}:")]
-        args += ["" if fire_time is None else repr(fire_time), request.queue, history, prefix]
-        status, value = (str(part) for part in self._run("fire", keys, args, NOTHING_ENQUEUED))
-        if status in ("late", "paused"):
-            return None
-        if status == "duplicate":
-            return Accepted(state="", duplicate_of=value)
-        return Accepted(state=value)
+        fire = "" if fire_time is None else repr(fire_time)
+        args = [fire, task_id, request.queue, prefix]
+        fired_at = self._run("fire", [schedule(ns, name)], args, RECORD_LOST)
+        if task_id:
+            entry = {"fired_at": float(fired_at), "fire_time": fire, "task_id": task_id,
+                     "queue": request.queue}  # fmt: skip
+            with self.unavailable(outcome=RECORD_LOST):
+                pipe = self.client.pipeline(transaction=False)
+                pipe.lpush(schedule_fires(ns, name), json.dumps(entry))
+                pipe.ltrim(schedule_fires(ns, name), 0, history - 1)
+                pipe.execute()
+        return accepted
 
     def skip_fire(self, name: str, fire_time: float) -> bool:
         """Make fire_time the schedule's last fire without a task; see the Protocol."""
@@ -141,13 +160,14 @@ class ScheduleCalls(InspectCalls):
         with self.unavailable():
             known = {str(m) for m in self.client.smembers(schedules(ns))}
             gone = sorted(known - set(keep))
-            pipe = self.client.pipeline(transaction=True)
+            pipe = self.client.pipeline(transaction=False)  # one slot a command (a Cluster)
             for name in gone:
                 prefix = self.client.hget(schedule(ns, name), "fire_keys")
                 if isinstance(prefix, str) and prefix:
                     for key in self.client.scan_iter(match=_glob(prefix) + "*", count=1000):
                         pipe.delete(key)
-                pipe.delete(schedule(ns, name), schedule_fires(ns, name))
+                pipe.delete(schedule(ns, name))
+                pipe.delete(schedule_fires(ns, name))
                 pipe.srem(schedules(ns), name)
             if keep:
                 pipe.sadd(schedules(ns), *keep)

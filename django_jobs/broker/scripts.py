@@ -94,14 +94,6 @@ SOURCES["ack_dequeue"] = (
     + "return {acked, dequeue({unpack(KEYS, 6)}, {unpack(ARGV, 5)})}\n"
 )
 
-#: A schedule's fire: enqueue (as a local function) then the schedule's record, in one call, so
-#: the fire time's idempotency key is set by the enqueue itself (see fire.lua).
-SOURCES["fire"] = (
-    f"#!lua\n{_prelude(_PARTS['enqueue'][1] + _PARTS['fire'][1])}"
-    + _function("enqueue")
-    + _PARTS["fire"][1]
-)
-
 
 def register(client: redis.Redis) -> dict[str, Script]:
     """Return every script bound to client, keyed by name."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from django_jobs import keys
 from django_jobs.client import get_broker
 from django_jobs.inspector import get_inspector
 from testproject.probes.jobs import Chaos, ChaosWork, CleanUp, HoldGil, Sleep, Work
@@ -146,7 +147,7 @@ def test_runworker__corrupt_workers_key_still_renews_leases(
     worker: Worker, redis_ns: RedisNamespace
 ) -> None:
     # Given a registry key of the wrong type (a clumsy operator): every beat fails
-    redis_ns.client.set(f"{redis_ns.namespace}:workers", "not a sorted set")
+    redis_ns.client.set(keys.workers(redis_ns.namespace), "not a sorted set")
     # When a task runs for longer than the lease (3 s here)
     handle = Sleep.enqueue(Work("long", seconds=5))
     worker.start("--concurrency", "2")

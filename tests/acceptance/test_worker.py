@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+from django_jobs import keys
 from django_jobs.inspector import get_inspector
 from django_jobs.worker.child import WAIT
 from testproject.probes.jobs import (
@@ -227,7 +228,7 @@ def test_runworker__idle_worker_wakes_within_milliseconds_and_stays_quiet(
 ) -> None:
     # Given a worker alone on a Redis of its own, idle
     client = start_alone(worker, private_redis, settings)
-    wait_until(lambda: client.zcard(f"{redis_ns.namespace}:workers"), timeout=20)
+    wait_until(lambda: client.zcard(keys.workers(redis_ns.namespace)), timeout=20)
 
     def commands() -> int:
         return sum(int(v["calls"]) for v in client.info("commandstats").values())

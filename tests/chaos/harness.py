@@ -29,6 +29,7 @@ from django.test.utils import override_settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from django_jobs import keys
 from testproject.probes.jobs import Chaos, ChaosWork
 from tests.chaos.checker import Fault, Ledger, Log
 from tests.chaos.processes import ChaosError, RedisServer, marked, read_rss_kib, wait_until
@@ -118,7 +119,7 @@ class Worker:
         """Whether its heartbeat is in the registry and all its children are up."""
         if not self.alive:
             raise ChaosError(f"worker {self.name} exited:\n{self.tail()}")
-        ids = self.stage.client.zrange(f"{self.stage.namespace}:workers", 0, -1)
+        ids = self.stage.client.zrange(keys.workers(self.stage.namespace), 0, -1)
         beating = any(f":{self.pid}:" in worker_id for worker_id in ids)
         return beating and len(self.children()) >= self.concurrency
 

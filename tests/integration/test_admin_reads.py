@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from django_jobs import keys
 from django_jobs.message import Message, encode
 from tests.conftest import RedisServer
 
@@ -207,8 +208,8 @@ def test_odd_entries__an_orphan_id_and_a_worker_key_of_another_type(
     (good,) = write_dead(redis, 1, 0)
     orphan = "b" * 32  # listed as dead, its record gone
     redis.zadd("t:{default}:dead", {orphan: 2e9})
-    redis.zadd("t:workers", {"host:1": 2e9})
-    redis.set("t:worker:host:1", "written by hand")
+    redis.zadd(keys.workers("t"), {"host:1": 2e9})
+    redis.set(keys.worker("t", "host:1"), "written by hand")
 
     workers = staff.get(reverse("admin:django_jobs_worker_changelist"))
     overview = api.get(API)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from django_jobs import Job
+from django_jobs import Job, keys
 from django_jobs.client import get_broker
 from django_jobs.worker.heartbeat import Heartbeat
 from tests.conftest import RedisNamespace, wait_until
@@ -37,11 +37,11 @@ def test_heartbeat__publishes_worker_and_extends_its_leases(
     beat.tick()
 
     assert redis_ns.client.zscore(lease_key, delivery.id) > 1_000_000_000
-    entry = redis_ns.client.hgetall(f"{redis_ns.namespace}:worker:w1")
+    entry = redis_ns.client.hgetall(keys.worker(redis_ns.namespace, "w1"))
     assert entry[b"host"] == b"h"
     assert json.loads(entry[b"tasks"]) == [{"id": delivery.id, "queue": "default"}]
-    assert redis_ns.client.ttl(f"{redis_ns.namespace}:worker:w1") == 3
-    assert redis_ns.client.zrange(f"{redis_ns.namespace}:workers", 0, -1) == [b"w1"]
+    assert redis_ns.client.ttl(keys.worker(redis_ns.namespace, "w1")) == 3
+    assert redis_ns.client.zrange(keys.workers(redis_ns.namespace), 0, -1) == [b"w1"]
 
 
 def test_heartbeat__lost_lease_is_noticed_and_stale_workers_disappear(
@@ -59,10 +59,10 @@ def test_heartbeat__lost_lease_is_noticed_and_stale_workers_disappear(
 
     beat.tick()
     assert beat.lost == {(delivery.id, delivery.epoch)}
-    wait_until(lambda: not redis_ns.client.exists(f"{redis_ns.namespace}:worker:gone"))
+    wait_until(lambda: not redis_ns.client.exists(keys.worker(redis_ns.namespace, "gone")))
     beat.tick()
 
-    assert redis_ns.client.zrange(f"{redis_ns.namespace}:workers", 0, -1) == [b"alive"]
+    assert redis_ns.client.zrange(keys.workers(redis_ns.namespace), 0, -1) == [b"alive"]
 
 
 def test_heartbeat__corrupt_workers_key_does_not_stop_lease_renewal(
@@ -77,7 +77,7 @@ def test_heartbeat__corrupt_workers_key_does_not_stop_lease_renewal(
     assert delivery is not None
     lease_key = broker.keys("default").lease
     redis_ns.client.zadd(lease_key, {delivery.id: 1})  # about to expire
-    redis_ns.client.set(f"{redis_ns.namespace}:workers", "not a sorted set")
+    redis_ns.client.set(keys.workers(redis_ns.namespace), "not a sorted set")
     beat = Heartbeat(broker, "w1", {"host": "h", "pid": 1}, lambda: [delivery])
 
     with pytest.raises(Exception, match=r"WRONGTYPE|workers"):

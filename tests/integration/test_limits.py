@@ -227,6 +227,23 @@ def test_concurrency__a_parked_task_deleted_meanwhile_is_dropped_on_the_way(
     assert parked(redis_ns, "limits.Capped") == []
 
 
+def test_concurrency__extend_lease_renews_the_slot_with_the_lease(
+    redis_ns: RedisNamespace,
+) -> None:
+    broker = limited_broker()
+    enqueue(Capped, 1)
+    (held,) = fetch(broker)
+    k = keys(redis_ns)
+    slot = k.running("limits.Capped")
+    redis_ns.client.zadd(k.lease, {held.id: 1.0}, xx=True)
+    redis_ns.client.zadd(slot, {held.id: 1.0}, xx=True)
+
+    broker.extend_leases("default", [(held.id, held.epoch)])
+
+    assert redis_ns.client.zscore(slot, held.id) == redis_ns.client.zscore(k.lease, held.id)
+    assert redis_ns.client.zscore(slot, held.id) > redis_now(redis_ns.client)
+
+
 def window_of(ns: RedisNamespace, period: float) -> int:
     return math.floor(redis_now(ns.client) / period)
 

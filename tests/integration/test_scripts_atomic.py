@@ -219,7 +219,7 @@ def test_worker_paths__wrong_typed_wake_key_still_hand_back(
         ),
         pytest.param(q("scheduled"), "string", lambda b: b.forward("default"), id="forward"),
         pytest.param(q("completed"), "list", lambda b: b.janitor("default"), id="janitor"),
-        pytest.param("workers", "string", lambda b: b.beat("w1", {"pid": 1}, 10), id="beat"),
+        pytest.param("{workers}", "string", lambda b: b.beat("w1", {"pid": 1}, 10), id="beat"),
         pytest.param(q("dead"), "hash", lambda b: b.run_now("default", "a", "dead"), id="run_now"),
         pytest.param(
             q("retry"), "list", lambda b: b.delete("default", "a", "retry", None), id="delete"

@@ -6,6 +6,9 @@
 -- KEYS[3]  <ns>:{<q>}:lease         sorted set
 -- KEYS[4]  <ns>:{<q>}:completed     sorted set, score = expires at
 -- KEYS[5]  <ns>:{<q>}:processed:<day>   counter of completed tasks today
+-- KEYS[6]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task id
 -- ARGV[2]  epoch the caller was given by dequeue
 -- ARGV[3]  retention in seconds (0: delete the record now)

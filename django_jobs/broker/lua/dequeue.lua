@@ -61,11 +61,11 @@ local broken = {}
 local function broke(key, want)
   broken[#broken + 1] = redis.call('TYPE', key).ok .. ' ' .. want .. ' ' .. key
 end
--- The limits by job name: {most running, most starts, period}; nil when none is limited.
+-- The limited job types: name -> where its limit is in ARGV; nil when none is limited.
 local limits
 for i = 3 + queues, #ARGV, 4 do
   limits = limits or {}
-  limits[ARGV[i]] = {tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3])}
+  limits[ARGV[i]] = i
 end
 -- job_of(msg): the job name in an encoded message (message.encode writes "v", "id", then "job":
 -- the first `,"job":"` is that key's, since a JSON string holds no bare quote); nil for a name
@@ -171,9 +171,11 @@ for q = 0, queues - 1 do
         bury(key, kind, id, dead, now)
       else
         local job = limits and f[1] and job_of(f[1])
-        local limit = job and limits[job]
-        local verdict, arg, want = 'run', nil, nil
-        if limit then
+        local place = job and limits[job]
+        local verdict, arg, want, limit = 'run', nil, nil, nil
+        if place then
+          limit = {tonumber(ARGV[place + 1]), tonumber(ARGV[place + 2]),
+            tonumber(ARGV[place + 3])}
           verdict, arg, want = admit(prefix, id, job, limit, tonumber(f[7]))
         end
         if verdict == 'run' then

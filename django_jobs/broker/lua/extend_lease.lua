@@ -14,12 +14,14 @@
 --          canceled: the runs renewed whose task an operator asked to cancel (the mark of
 --          cancel.lua): the worker interrupts them with JobCanceled.
 --          An error names KEYS[1] if it is not a sorted set (nothing changed).
+-- A run holding a slot of its job type's concurrency_limit (its record's `limited`: see
+-- dequeue.lua) has that slot's lease renewed with its own.
 local deadline = clock() + tonumber(ARGV[2])
 local lost = {}
 local canceled = {}
 for i = 3, #ARGV, 2 do
   local id = ARGV[i]
-  local f = redis.pcall('HMGET', ARGV[1] .. id, 'epoch', 'cancel_requested_at')
+  local f = redis.pcall('HMGET', ARGV[1] .. id, 'epoch', 'cancel_requested_at', 'limited')
   local epoch = f[1]
   if f.err then
     lost[#lost + 1] = id  -- not a hash: not a record of ours any more
@@ -32,6 +34,9 @@ for i = 3, #ARGV, 2 do
     end
     if score then
       redis.call('ZADD', KEYS[1], 'XX', deadline, id)
+      if f[3] then
+        redis.pcall('ZADD', string.sub(ARGV[1], 1, -3) .. 'running:' .. f[3], 'XX', deadline, id)
+      end
       if f[2] then
         canceled[#canceled + 1] = id
         canceled[#canceled + 1] = epoch

@@ -5,6 +5,9 @@
 -- KEYS[2]  <ns>:{<q>}:retry         sorted set, score = next attempt
 -- KEYS[3]  <ns>:{<q>}:pending       list
 -- KEYS[4]  <ns>:{<q>}:wake          wake-up tokens
+-- KEYS[5]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  most tasks to move from each sorted set in this call
 -- Returns  the number of tasks moved, up to the limit from each sorted set: call again while

@@ -5,6 +5,9 @@
 -- KEYS[1]  <ns>:{<q>}:completed     sorted set, score = expires at
 -- KEYS[2]  <ns>:{<q>}:dead          sorted set, score = died at
 -- KEYS[3]  <ns>:{<q>}:canceled      sorted set, score = expires at
+-- KEYS[4]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  dead tasks to keep at most (the newest)
 -- ARGV[3]  age in seconds past which a dead task is deleted

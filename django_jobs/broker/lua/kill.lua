@@ -7,6 +7,9 @@
 -- KEYS[3]  <ns>:{<q>}:lease         sorted set
 -- KEYS[4]  <ns>:{<q>}:dead          sorted set, score = died at
 -- KEYS[5]  <ns>:{<q>}:failed:<day>  counter of failed runs today
+-- KEYS[6]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task id
 -- ARGV[2]  epoch the caller was given by dequeue
 -- ARGV[3]  error (one line)

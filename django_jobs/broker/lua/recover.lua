@@ -16,6 +16,9 @@
 -- KEYS[3]  <ns>:{<q>}:pending       list
 -- KEYS[4]  <ns>:{<q>}:dead          sorted set
 -- KEYS[5]  <ns>:{<q>}:wake          wake-up tokens
+-- KEYS[6]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  crashes after which the task is dead
 -- ARGV[3]  most tasks to recover in this call

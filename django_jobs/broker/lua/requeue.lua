@@ -9,6 +9,9 @@
 -- KEYS[4]  <ns>:{<q>}:pending       list
 -- KEYS[5]  <ns>:{<q>}:dead          sorted set
 -- KEYS[6]  <ns>:{<q>}:wake          wake-up tokens
+-- KEYS[7]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task id
 -- ARGV[2]  epoch the caller was given by dequeue
 -- ARGV[3]  "1": count a crash; "0": a clean hand-back

@@ -1,5 +1,5 @@
-"""The scenarios, 1-8 in the order of issue 7, 9-11 from issue 12, 12 (flows) from issue 16:
-each fills in a Result; raising fails it."""
+"""The scenarios, 1-8 in the order of issue 7, 9-11 from issue 12, 12 (flows) from issue 16,
+20a/20b (a Sentinel failover) from issue 20: each fills in a Result; raising fails it."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.chaos.scenarios import (
     partition,
     poison,
     redis_faults,
+    sentinel,
     sigterm,
     skew,
     slow,
@@ -52,4 +53,6 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("14", "14 slow Redis (+50 ms)", slow.run),
     ("15", "15 maxmemory, allkeys-lru", eviction.run),
     ("16", "16 clock skew, +-120 s", skew.run),
+    ("20a", "20a Sentinel kill -9, REPLICA_ACKS=1", sentinel.with_replica_acks),
+    ("20b", "20b Sentinel kill -9, REPLICA_ACKS=0", sentinel.without_replica_acks),
 ]
