@@ -94,6 +94,11 @@ def running(ns: RedisNamespace, job: str) -> list[str]:
     return sorted(i.decode() for i in ns.client.zrange(keys(ns).running(job), 0, -1))
 
 
+def lapse(ns: RedisNamespace, key: str, task_id: str) -> None:
+    """Move task_id's deadline in the sorted set key a second into the past (not renewed)."""
+    ns.client.zadd(key, {task_id: redis_now(ns.client) - 1}, xx=True)
+
+
 def test_registry__lists_the_limited_job_types() -> None:
     limits = {each.job: each for each in registry.limits()}
 
@@ -177,11 +182,9 @@ def test_concurrency__a_holder_whose_lease_expired_gives_its_slot_back_on_recove
     broker = limited_broker()
     capped = enqueue(Capped, 3)
     fetch(broker)
-    k = keys(redis_ns)
-    past = redis_now(redis_ns.client) - 1
     # Its worker was killed: the lease (and with it the slot) was not renewed.
-    redis_ns.client.zadd(k.lease, {capped[0]: past}, xx=True)
-    redis_ns.client.zadd(k.running("limits.Capped"), {capped[0]: past}, xx=True)
+    lapse(redis_ns, keys(redis_ns).lease, capped[0])
+    lapse(redis_ns, keys(redis_ns).running("limits.Capped"), capped[0])
 
     assert broker.recover("default") == [(capped[0], "pending")]
 
@@ -199,18 +202,15 @@ def test_concurrency__the_recoverers_sweep_fills_a_slot_no_release_gave_back(
     broker = limited_broker()
     capped = enqueue(Capped, 3)
     fetch(broker)
-    k = keys(redis_ns)
     # A holder filed by a worker without limits (a rolling upgrade): its slot stays taken until
     # its lease deadline passes.
-    redis_ns.client.zadd(
-        k.running("limits.Capped"), {capped[0]: redis_now(redis_ns.client) - 1}, xx=True
-    )
+    lapse(redis_ns, keys(redis_ns).running("limits.Capped"), capped[0])
 
     assert broker.recover("default") == []
 
     assert parked(redis_ns, "limits.Capped") == []
     assert [d.id for d in fetch(broker)] == [capped[2]]
-    assert redis_ns.client.hget(k.limits, "limits.Capped") is None  # none parked
+    assert redis_ns.client.hget(keys(redis_ns).limits, "limits.Capped") is None  # none parked
 
 
 def test_concurrency__a_parked_task_deleted_meanwhile_is_dropped_on_the_way(
