@@ -54,6 +54,7 @@ and takes it again (twice at most) when they used over 25% during it.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import signal
@@ -71,7 +72,16 @@ from typing import Any
 import redis
 
 from bench.common import calls_since, commandstats, private_redis
-from bench.harness import BenchError, Driver, Others, Worker, ensure_venv, settle, wait_until
+from bench.harness import (
+    BenchError,
+    Driver,
+    Others,
+    Worker,
+    ensure_venv,
+    keep_priority,
+    settle,
+    wait_until,
+)
 from bench.peers import DONE_DB, MATCHED, ROOT, RUN_ORDER, SYSTEMS, Context, get, load, setups
 from bench.report import Result, Setup, loadavg, report, revision
 
@@ -354,6 +364,7 @@ def main() -> None:
     # SIGTERM (a CI timeout, kill) unwinds like an exception: every worker, driver and the
     # private redis-server are stopped by the finally blocks that started them.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    keep_priority(os.getpid())  # the private redis-server runs in this session
     began, load_before = time.monotonic(), loadavg()
     pythons = {
         s: ensure_venv(args.venvs, s, load(s).REQUIREMENTS, sys.stderr)

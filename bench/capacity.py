@@ -50,7 +50,7 @@ from typing import Any
 import redis
 
 from bench.common import private_redis
-from bench.harness import pss, rss, tree, wait_until
+from bench.harness import keep_priority, pss, rss, tree, wait_until
 from bench.peers import ROOT
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -154,6 +154,7 @@ def start_workers(processes: int, concurrency: int, env: dict[str, str], tmp: Pa
                  str(concurrency), "--queues", QUEUE],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             ))  # fmt: skip
+        keep_priority(workers[-1].pid)
     return workers
 
 

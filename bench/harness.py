@@ -193,6 +193,21 @@ def settle(limit: float, patience: float, log: IO[str]) -> float:
         print(f"  the machine is busy ({share:.0%} of its CPU used by others): waiting", file=log)
 
 
+def keep_priority(pid: int) -> None:
+    """Give the session that pid leads this process's nice value.
+
+    With the kernel's autogroup scheduling on (/proc/sys/kernel/sched_autogroup_enabled), nice
+    ranks processes only within their session, and each session competes at its autogroup's
+    nice (0): a worker started in a session of its own would lose a `nice -n -10 python -m
+    bench`'s priority. Writing the value to /proc/<pid>/autogroup keeps it (best effort: it
+    needs the privilege a negative nice needed).
+    """
+    niceness = os.nice(0)
+    if niceness:
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{pid}/autogroup").write_text(str(niceness))
+
+
 def kill_tree(root: int) -> None:
     """SIGKILL root's whole tree (see tree()), all at once."""
     for pid in tree(root):
@@ -214,6 +229,7 @@ class Worker:
                 command, cwd=ROOT, env=ctx.full_env(), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
+        keep_priority(self.process.pid)
         self.started = time.monotonic()
         self.peak_rss = self.peak_pss = 0
         self._stop = threading.Event()
@@ -288,6 +304,7 @@ class Driver:
                 env=ctx.full_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
                 text=True, start_new_session=True,
             )  # fmt: skip
+        keep_priority(self.process.pid)
         self.log = log
         self._answers: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
