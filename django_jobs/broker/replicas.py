@@ -6,6 +6,7 @@ not sent yet. With REPLICA_ACKS = n the broker sends `WAIT n <timeout ms>` right
 enqueue's script calls, on the same connection and in the same round trip. WAIT answers once n
 replicas have every write this connection made (the scripts' included: they ran first), or when
 JOBS["REPLICA_ACKS_TIMEOUT"] has passed, with how many did; fewer than n is ReplicaAckTimeout.
+On a Redis Cluster each master the scripts go to gets a WAIT of its own (`_waits`).
 
 Only enqueues wait (`RedisBroker.enqueue`: a single task, enqueue_many's batches, the outbox's
 sends and the on-commit batches, flow events; a flow's start record goes before its first event
@@ -18,8 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.cluster import ClusterNode
 from redis.exceptions import NoScriptError, ResponseError
 
+from django_jobs.broker.cluster import command_slot
 from django_jobs.broker.connection import ScriptCalls, refused
 from django_jobs.exceptions import ReplicaAckTimeout
 
@@ -27,6 +30,24 @@ from django_jobs.exceptions import ReplicaAckTimeout
 def wait_command(acks: int, timeout: float) -> tuple[str, int, int]:
     """WAIT for `acks` replicas, `timeout` seconds at most (0 ms would mean for ever)."""
     return ("WAIT", acks, max(1, round(timeout * 1000)))
+
+
+def _waits(broker: ScriptCalls, commands: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The WAIT to send after `commands`: one on a single server; on a Cluster one to each node
+    that `commands` go to, by the slot map as it is (see cluster.ClusterWire.round_trip)."""
+    settings = broker.settings
+    wait = wait_command(settings.replica_acks, settings.replica_acks_timeout)
+    if broker.wire is None:
+        return [wait]
+    nodes: dict[str, ClusterNode] = {}
+    for command in commands:
+        node = broker.wire.node(command_slot(command))
+        nodes.setdefault(node.name, node)
+    return [(node, *wait) for node in nodes.values()]
+
+
+def _nodes(waits: Sequence[tuple[Any, ...]]) -> list[str]:
+    return [str(wait[0].name) for wait in waits if isinstance(wait[0], ClusterNode)]
 
 
 def replicated(
@@ -37,37 +58,47 @@ def replicated(
     errors: return the scripts' error replies in their place (else raise the first). When a
     script did not run (its reply is an error), nothing is waited for: the caller reports the
     refusal. Raises ReplicaAckTimeout when fewer replicas than JOBS["REPLICA_ACKS"] confirmed.
+
+    On a Cluster a WAIT goes to each node the scripts go to, after them on the same connection.
+    A script that a MOVED sent on to another node ran after that node's WAIT, if any: the map
+    has changed then, and it is all sent again once (an enqueue runs twice safely).
     """
     settings = broker.settings
-    wait = wait_command(settings.replica_acks, settings.replica_acks_timeout)
     commands: list[tuple[Any, ...]] = [
         ("EVALSHA", broker.scripts[name].sha, len(keys), *keys, *args) for name, keys, args in calls
     ]
-    commands.append(wait)
-    *replies, acked = broker._round_trip(commands, own=False)
-    forgotten = {calls[i][0] for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)}
-    if forgotten:
-        # Redis forgot scripts (a restart, SCRIPT FLUSH): load them and send it all again, so
-        # that WAIT still follows every write on its connection (an enqueue runs twice safely).
-        for name in forgotten:
-            broker.client.script_load(broker.scripts[name].script)
-        *replies, acked = broker._round_trip(commands, own=False)
+    for attempt in (1, 2, 3):
+        waits = _waits(broker, commands)
+        replies = broker._round_trip([*commands, *waits], own=False)
+        acked = replies[len(commands) :]
+        del replies[len(commands) :]
+        forgotten = {calls[i][0] for i, r in enumerate(replies) if isinstance(r, NoScriptError)}
+        if forgotten and attempt < 3:
+            # Redis forgot scripts (a restart, SCRIPT FLUSH): load them and send it all again,
+            # so that WAIT still follows every write on its connection.
+            for name in forgotten:
+                broker.client.script_load(broker.scripts[name].script)
+            continue
+        if _nodes(waits) == _nodes(_waits(broker, commands)) or attempt == 3:
+            break
     failed = [reply for reply in replies if isinstance(reply, ResponseError)]
     if failed:
         if not errors:
             raise failed[0]
         return replies
-    if isinstance(acked, ResponseError):
-        raise refused(broker.url, acked, outcome="the tasks may have been enqueued")
-    if int(acked) < settings.replica_acks:
+    for reply in acked:
+        if isinstance(reply, ResponseError):
+            raise refused(broker.url, reply, outcome="the tasks may have been enqueued")
+    confirmed = min(int(reply) for reply in acked)
+    if confirmed < settings.replica_acks:
         raise ReplicaAckTimeout(
-            f"Redis at {broker.url} took the enqueue, but only {acked} of the "
+            f"Redis at {broker.url} took the enqueue, but only {confirmed} of the "
             f"{settings.replica_acks} replicas JOBS['REPLICA_ACKS'] asks for confirmed it within "
             f"{settings.replica_acks_timeout:g}s (JOBS['REPLICA_ACKS_TIMEOUT']): the tasks are on "
             f"the primary and run unless it fails before a replica has them. Check the replicas "
             f"(INFO replication on the primary), or lower REPLICA_ACKS to what they can answer; "
             f"retry only with an idempotency key (else it makes second tasks).",
-            acked=int(acked),
+            acked=confirmed,
             wanted=settings.replica_acks,
         )
     return replies
