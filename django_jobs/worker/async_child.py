@@ -11,8 +11,9 @@ child's (child.py), per task:
 - It fetches as many tasks as it has free slots, in the round trip that writes the outcomes of
   the runs that ended (`RedisBroker.settle`); runs start as they arrive and end in any order.
 - An async run is a task on the loop (`coroutines.Interruptible`): its timeout is a timer on the
-  loop that throws JobTimeout into it at its await; LeaseLost (and JobCanceled) from the
-  supervisor's signal are thrown the same way, into that run only.
+  loop that throws JobTimeout into it at its await; LeaseLost and JobCanceled, which the
+  supervisor's signal asks for, are thrown the same way, into that run only (a canceled run
+  ends canceled however its handler ends, as in a one-task child).
 - A sync job runs too, on the child's thread with the loop paused (the async runs wait until it
   returns), under the alarm exactly as in a one-task child: keep sync jobs off the queues an
   async worker serves, or accept that they hold up the async ones beside them.
@@ -36,10 +37,11 @@ from types import FrameType
 from django_jobs import coroutines, tracing
 from django_jobs.broker.protocol import Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
-from django_jobs.exceptions import BrokerUnavailable, JobTimeout, LeaseLost
+from django_jobs.exceptions import BrokerUnavailable, JobCanceled, JobTimeout, LeaseLost
 from django_jobs.idempotency import current_task
 from django_jobs.worker import policy
 from django_jobs.worker.child import STALE_POLL, WAIT, Child, die_with_parent
+from django_jobs.worker.policy import Fate
 from django_jobs.worker.processor import Run, log_outcome
 from django_jobs.worker.slots import MAX_ID, Running, SlotTable
 
@@ -117,8 +119,9 @@ class AsyncChild(Child):
         self.arrived: list[Delivery] = []
         #: Whether a fetch may find work (False once one found none, until the waiter says).
         self.maybe_work = True
-        #: Runs (id, epoch) LeaseLost was thrown into: once per run.
-        self.thrown: set[tuple[str, str]] = set()
+        #: Runs (id, epoch) going on that LeaseLost, JobCanceled was thrown into (each once).
+        self.lost: set[tuple[str, str]] = set()
+        self.canceled: set[tuple[str, str]] = set()
         self.waiter = Waiter(broker, queues, self.loop, self._woken)
 
     # -- signals (on the child's thread; a sync job may be running) ----------------------------
@@ -134,11 +137,18 @@ class AsyncChild(Child):
         super()._on_lost(signum, frame)
 
     def _interrupt_marked(self) -> None:
+        """Throw into each run the supervisor marked what it was marked for, as a one-task
+        child raises it (`Child.interruption`): LeaseLost, else JobCanceled, each once."""
         for slot, (delivery, task) in self.runs.items():
             run = (delivery.id, delivery.epoch)
-            if run not in self.thrown and self.table.is_lost(slot, *run):
-                self.thrown.add(run)
+            if run in self.lost:
+                continue
+            if self.table.is_lost(slot, *run):
+                self.lost.add(run)
                 task.interrupt(LeaseLost(f"task {delivery.id} lost its lease: run interrupted"))
+            elif run not in self.canceled and self.table.is_canceled(slot, *run):
+                self.canceled.add(run)
+                task.interrupt(JobCanceled(f"task {delivery.id} was canceled: run interrupted"))
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -252,6 +262,8 @@ class AsyncChild(Child):
         try:
             verdict = await self._decide(slot, run)
         finally:
+            self.lost.discard(key := (run.delivery.id, run.delivery.epoch))
+            self.canceled.discard(key)
             self._end(slot, verdict)
 
     async def _decide(self, slot: int, run: Run) -> Verdict | None:
@@ -271,9 +283,18 @@ class AsyncChild(Child):
             finally:
                 timer.cancel()
         except (Exception, asyncio.CancelledError) as exc:
-            decision = policy.failed(coroutines.unwrap(exc, task.reason), run.attempt)
+            failure = coroutines.unwrap(exc, task.reason)
+            error: BaseException | None = failure
+            decision = policy.failed(failure, run.attempt)
         else:
-            decision = policy.COMPLETED
+            error, decision = None, policy.COMPLETED
+        key = (delivery.id, delivery.epoch)
+        if key in self.canceled and key not in self.lost and decision.fate is not Fate.CANCEL:
+            # Canceled however its handler ended (as `Child._end_canceled` has it).
+            how = "returned" if error is None else f"raised {type(error).__name__}"
+            decision = policy.canceled(
+                f"JobCanceled: task {delivery.id} was canceled while it ran (its handler {how})"
+            )
         return self.processor.conclude(run, decision, started)
 
     def _publish(self, slot: int, run: Run) -> None:

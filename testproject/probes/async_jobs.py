@@ -7,7 +7,7 @@ import time
 
 from django_jobs import Job
 from django_jobs.client import get_broker
-from django_jobs.exceptions import JobTimeout
+from django_jobs.exceptions import JobCanceled, JobTimeout
 from testproject.probes.jobs import Work, _done, _key
 
 
@@ -26,15 +26,17 @@ class AsyncSleep(Job[Work]):
 
 class AsyncInterrupted(Job[Work]):
     """Await for ever; list what interrupted it at its await (probe:interrupted, "tag:Name"),
-    then let it propagate."""
+    then let it propagate (or return, for a tag that starts with "return")."""
 
     async def run(self, payload: Work) -> None:
         client = get_broker().client
         client.hset(_key("started"), payload.tag, f"{os.getpid()}:{self.context.attempt}")
         try:
             await asyncio.sleep(10**6)
-        except JobTimeout as exc:
+        except (JobTimeout, JobCanceled) as exc:
             client.rpush(_key("interrupted"), f"{payload.tag}:{type(exc).__name__}")
+            if payload.tag.startswith("return"):
+                return
             raise
 
 

@@ -9,7 +9,10 @@ import os
 import signal
 from typing import Any
 
+import django_jobs
+from django_jobs import CancelOutcome
 from django_jobs.inspector import get_inspector
+from django_jobs.keys import State
 from testproject.probes.async_jobs import AsyncBlocksLoop, AsyncInterrupted, AsyncSleep
 from testproject.probes.jobs import Sleep, SleepForever, Work
 from tests.acceptance.conftest import Worker, done, probe, started
@@ -114,6 +117,31 @@ def test_async_worker__kill_9_of_the_child_puts_all_its_tasks_back(
     # Each comes back at once (not after its lease) with the crash counted, and runs again.
     expected = ["k0:1:1", "k1:1:1", "k2:1:1"]
     wait_until(lambda: sorted(done(redis_ns)) == expected, timeout=30, why=worker.output)
+
+
+def test_async_worker__cancel_reaches_that_run_only_and_it_ends_canceled(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given one child running two jobs that see JobCanceled (one returns, one lets it propagate)
+    # and one beside them
+    returns = AsyncInterrupted.enqueue(Work("return-c"))
+    raises = AsyncInterrupted.enqueue(Work("raise-c"))
+    AsyncSleep.enqueue(Work("beside", seconds=2))
+    worker.start("--concurrency", "1", "--async-concurrency", "3", CANCEL_GRACE=30)
+    assert len({started(redis_ns, tag) for tag in ("return-c", "raise-c", "beside")}) == 1
+
+    # When both are canceled
+    assert returns.cancel() is CancelOutcome.REQUESTED
+    assert django_jobs.cancel(raises.id) is CancelOutcome.REQUESTED
+
+    # Then each sees JobCanceled at its await and ends canceled, nothing spent; the other runs on
+    for handle in (returns, raises):
+        wait_until(lambda h=handle: task_state(h.id).state == State.CANCELED, why=worker.output)
+        assert task_state(handle.id).error.startswith("JobCanceled: ")
+        assert (task_state(handle.id).attempts, task_state(handle.id).crashes) == (0, 0)
+    interrupted = redis_ns.client.lrange(probe(redis_ns, "interrupted"), 0, -1)
+    assert sorted(interrupted) == [b"raise-c:JobCanceled", b"return-c:JobCanceled"]
+    wait_until(lambda: done(redis_ns) == ["beside:1:0"], timeout=20, why=worker.output)
 
 
 def test_async_worker__runs_sync_jobs_too_under_the_alarm(
