@@ -8,7 +8,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,7 @@ from django_jobs.worker.async_child import AsyncChild
 from django_jobs.worker.child import LOST_SIGNAL
 from django_jobs.worker.slots import SlotTable
 from tests.conftest import RedisNamespace, wait_until
+from tests.integration.test_child_alarm import restored_signals  # noqa: F401 (a fixture)
 
 #: What the handlers saw, in order.
 seen: list[str] = []
@@ -45,16 +46,9 @@ class AsyncHold(Job[Hold]):
         seen.append(f"{payload.tag}: done")
 
 
-@pytest.fixture
-def restored_signals() -> Iterator[None]:
-    """The child installs its handlers in this process: put pytest's back afterwards."""
-    signals = (signal.SIGALRM, signal.SIGINT, signal.SIGTERM, LOST_SIGNAL)
-    saved = {signum: signal.getsignal(signum) for signum in signals}
+@pytest.fixture(autouse=True)
+def _clear() -> None:
     seen.clear()
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 def meanwhile(action: Callable[[], None]) -> threading.Thread:

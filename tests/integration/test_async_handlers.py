@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +24,7 @@ from django_jobs.testing import capture_jobs
 from django_jobs.worker.child import Child
 from django_jobs.worker.slots import SlotTable
 from tests.conftest import RedisNamespace
+from tests.integration.test_child_alarm import restored_signals  # noqa: F401 (a fixture)
 
 #: What the handlers saw, in order.
 seen: list[str] = []
@@ -126,17 +126,6 @@ def test_cancelling__is_the_error_and_a_cancellation() -> None:
     assert isinstance(thrown, JobTimeout)
     assert isinstance(thrown, asyncio.CancelledError)
     assert (type(thrown).__name__, str(thrown)) == ("JobTimeout", "timed out after 1 s")
-
-
-@pytest.fixture
-def restored_signals() -> Iterator[None]:
-    """The child installs its handlers in this process: put pytest's back afterwards."""
-    signals = (signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
-    saved = {signum: signal.getsignal(signum) for signum in signals}
-    yield
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 @pytest.mark.usefixtures("restored_signals")
