@@ -129,12 +129,17 @@ class AsyncChild(Child):
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
         self.waiter.interrupt()
-        self.loop.call_soon_threadsafe(self.changed.set)
+        self._on_loop(self.changed.set)
 
     def _on_lost(self, signum: int, frame: FrameType | None) -> None:
         # For an async run: thrown into it on the loop. For a sync job running now: raised here.
-        self.loop.call_soon_threadsafe(self._interrupt_marked)
+        self._on_loop(self._interrupt_marked)
         super()._on_lost(signum, frame)
+
+    def _on_loop(self, callback: Callable[[], None]) -> None:
+        """Have the loop call it at its next turn (from a signal handler: not once it closed)."""
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(callback)
 
     def _interrupt_marked(self) -> None:
         """Throw into each run the supervisor marked what it was marked for, as a one-task
@@ -170,7 +175,7 @@ class AsyncChild(Child):
                     self._start(delivery)
             fetch = self.maybe_work and bool(self.free) and not closing and not self.waiter.busy
             if self.ended or fetch:
-                self._settle(len(self.free) if fetch else 0)
+                self._settle(self._room() if fetch else 0)
                 continue
             if closing and not self.runs and not self.waiter.busy:
                 return
@@ -182,6 +187,12 @@ class AsyncChild(Child):
                 self.loop.run_until_complete(self._until_changed(STOP_POLL))
                 continue
             self.loop.run_until_complete(self._until_changed(WAIT))
+
+    def _room(self) -> int:
+        """How many tasks to fetch: a free slot each, and no more than the child may still take
+        before it retires (JOBS["MAX_TASKS_PER_CHILD"])."""
+        limit = self.settings.max_tasks_per_child
+        return min(len(self.free), limit - self.done) if limit else len(self.free)
 
     async def _until_changed(self, timeout: float) -> None:
         try:

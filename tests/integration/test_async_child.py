@@ -103,3 +103,20 @@ def test_async_child__idle_child_stops_at_once_on_sigterm(redis_ns: RedisNamespa
     thread.join(timeout=5)
 
     assert time.monotonic() - begun < 2  # not the wait's 5 s: the stop cut it short
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.django_db(transaction=True)
+def test_async_child__takes_no_more_tasks_than_it_may_run_before_it_retires(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    # Given four slots but two tasks left before the child retires
+    settings.JOBS = {**settings.JOBS, "MAX_TASKS_PER_CHILD": 2}
+    handles = AsyncHold.enqueue_many([Hold(f"t{i}", seconds=0) for i in range(4)])
+    child = AsyncChild(get_broker(), ["default"], SlotTable(4), range(4), os.getppid())
+
+    child.run()
+
+    # Then it ran two and left the other two pending for another child
+    states = sorted(get_inspector().task("default", h.id).state for h in handles)
+    assert states == ["completed", "completed", "pending", "pending"]
