@@ -41,28 +41,18 @@ def most_at_once(runs: list[tuple[str, float, float, int]]) -> int:
     return best
 
 
-def test_async_worker__runs_an_async_job_and_acks_it(
-    worker: Worker, redis_ns: RedisNamespace
-) -> None:
-    handle = AsyncSleep.enqueue(Work("one", seconds=0.05))
-
-    worker.start("--concurrency", "1", "--async-concurrency", "4")
-
-    wait_until(lambda: done(redis_ns) == ["one:1:0"], timeout=20, why=worker.output)
-    wait_until(lambda: task_state(handle.id).state == "completed", why=worker.output)
-    assert "async concurrency 4" in worker.output()
-
-
 def test_async_worker__one_child_runs_n_at_once_and_never_more(
     worker: Worker, redis_ns: RedisNamespace
 ) -> None:
     # Given 20 jobs of 200 ms and one child that runs 10 at once
-    AsyncSleep.enqueue_many([Work(f"j{i}", seconds=0.2) for i in range(20)])
+    handles = AsyncSleep.enqueue_many([Work(f"j{i}", seconds=0.2) for i in range(20)])
 
     worker.start("--concurrency", "1", "--async-concurrency", "10")
 
     # Then all run in that one process, 10 at a time: two batches, not twenty runs in a row
     wait_until(lambda: len(done(redis_ns)) == 20, timeout=30, why=worker.output)
+    wait_until(lambda: task_state(handles[-1].id).state == "completed", why=worker.output)
+    assert "async concurrency 10: each child runs up to 10 tasks at once" in worker.output()
     runs = spans(redis_ns)
     assert len({pid for *_, pid in runs}) == 1
     assert most_at_once(runs) == 10
