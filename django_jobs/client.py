@@ -1,11 +1,12 @@
 """Enqueueing: validate, resolve defaults, hand the tasks to a backend, return handles.
 
-The backend is the settings' (Redis, or with REDIS_URL unset the WHEN_DISABLED mode), unless a
-test helper has put one in its place with `override_backend` (django_jobs.testing does).
+The backend is the settings': Redis (`RedisBackend`, the client's own: an enqueue runs no code
+of backends/), or with REDIS_URL unset the WHEN_DISABLED mode's (backends/), unless a test helper
+has put one in its place with `override_backend` (django_jobs.testing does).
 
 On-commit enqueues (`on_commit=True`, or JOBS["ENQUEUE_ON_COMMIT"] inside atomic()) wait for
 their transaction in one batch per transaction and database alias, sent in one round trip when
-it commits; see `CommitBatch`.
+it commits; see django_jobs.on_commit.
 
 Outboxed enqueues (`outbox=True`, JOBS["OUTBOX"], `use_outbox()`) write OutboxJob rows in the
 caller's transaction and send them after the commit through the same batch (the fast path is
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +24,6 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.transaction import TransactionManagementError
 
 from django_jobs import tracing
@@ -32,21 +31,20 @@ from django_jobs.backends import outbox as outbox_rows
 from django_jobs.backends.base import Backend, Submission
 from django_jobs.backends.inline import InlineBackend
 from django_jobs.backends.outbox import use_outbox as use_outbox
-from django_jobs.backends.redis import RedisBackend
 from django_jobs.backends.skip import SkipBackend
 from django_jobs.broker.factory import get_broker as get_broker
-from django_jobs.broker.protocol import Accepted
+from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.broker.redis import RedisBroker
 from django_jobs.canceling import TaskCalls
 from django_jobs.conf import JobsSettings, get_settings, to_seconds
-from django_jobs.conf.redact import REDACTED
 from django_jobs.exceptions import (
-    BrokerUnavailable,
     DuplicateJob,
     JobsDisabled,
     PayloadTooLarge,
     UnknownQueue,
 )
 from django_jobs.message import Message, encode, payload_to_json
+from django_jobs.on_commit import CommitBatch
 
 if TYPE_CHECKING:
     from django_jobs.jobs import Job
@@ -57,6 +55,44 @@ logger = logging.getLogger("django_jobs.client")
 DEFERRED = "deferred"
 #: The state of a handle whose task waits in the outbox (written, not yet accepted by Redis).
 OUTBOXED = outbox_rows.OUTBOXED
+
+#: Most tasks written in one round trip.
+BATCH_SIZE = 500
+
+
+class RedisBackend:
+    """Into Redis, for the workers: one round trip per batch of up to BATCH_SIZE tasks, through
+    the process's broker (`get_broker`), kept while the settings it was built for are the
+    current ones (a new JOBS, as `override_settings` makes, gets its own)."""
+
+    def __init__(self) -> None:
+        self.broker: RedisBroker | None = None
+
+    def submit(self, submissions: Sequence[Submission]) -> list[Accepted]:
+        broker = self.broker
+        if broker is None or broker.settings is not get_settings():
+            broker = self.broker = get_broker()
+        accepted: list[Accepted] = []
+        for start in range(0, len(submissions), BATCH_SIZE):
+            requests = []
+            for s in submissions[start : start + BATCH_SIZE]:
+                key = s.message.idempotency_key
+                if key is not None:  # in the job type's home queue's slot (broker/handoff.py)
+                    key = broker.keys(s.job.idempotency_queue()).idempotency(s.job.name, key)
+                requests.append(
+                    EnqueueRequest(
+                        id=s.message.id,
+                        queue=s.message.queue,
+                        encoded=s.encoded,
+                        delay=s.delay,
+                        eta=s.eta,
+                        idempotency_key=key,
+                        idempotency_window=s.idempotency_window,
+                    )
+                )
+            accepted += broker.enqueue(requests)
+        return accepted
+
 
 _backends: dict[str, Backend] = {
     "redis": RedisBackend(),
@@ -271,7 +307,7 @@ def enqueue_outboxed(
     sent at once (DuplicateJob raised). With Redis down the rows wait for a worker's relay.
     """
     connection = transaction.get_connection(using)
-    fast_path = outbox_rows.backend(using)
+    fast_path = outbox_rows.backend(using, _backends["redis"])
     if connection.in_atomic_block:
         outbox_rows.write(submissions, using)
         handles = [
@@ -300,101 +336,3 @@ def submit_now(backend: Backend, job: str, submissions: Sequence[Submission]) ->
             )
         made.append(JobHandle(s.message.id, job, s.message.queue, accepted.state))
     return made
-
-
-def send_after_commit(
-    backend: Backend, submissions: Sequence[Submission], deferred: Sequence[JobHandle]
-) -> None:
-    """Submit what waited for a commit; never raise into the commit hook.
-
-    A duplicate idempotency key is logged (the original is on its way); Redis unavailable is
-    logged with the ids of the jobs that may be lost: the transaction has committed, so nothing
-    can be undone, and nothing retries them.
-    """
-    try:
-        answers: Sequence[Accepted] = backend.submit(submissions)
-    except BrokerUnavailable as exc:
-        ids = ", ".join(f"{s.job.name} {s.message.id}" for s in submissions)
-        logger.error(
-            "enqueue after commit failed, so %d job(s) may be lost (the outbox would have kept "
-            "them): %s; jobs: %s",
-            len(submissions),
-            exc,
-            ids,
-        )
-        return
-    for s, handle, accepted in zip(submissions, deferred, answers, strict=True):
-        if accepted.duplicate_of is not None:
-            assert s.message.idempotency_key is not None
-            key = REDACTED if s.job.sensitive else s.message.idempotency_key
-            duplicate = DuplicateJob(
-                s.job.name, key, accepted.duplicate_of, accepted.duplicate_queue
-            )
-            logger.info("at commit: %s", duplicate)
-        else:
-            handle.state = accepted.state
-
-
-class _Marker:
-    """One deferred enqueue's on_commit callback; the first to run sends its whole batch.
-
-    Django drops the callbacks registered inside a savepoint that rolls back (and all of them
-    when the transaction rolls back); a dropped marker is freed at once, as nothing else holds
-    it, so its batch sees that enqueue is void through a weak reference.
-    """
-
-    __slots__ = ("__weakref__", "batch")
-
-    def __init__(self, batch: CommitBatch) -> None:
-        self.batch = batch
-
-    def __call__(self) -> None:
-        self.batch.send()
-
-
-class CommitBatch:
-    """The on-commit enqueues of one transaction on one database connection.
-
-    Each enqueue registers its own marker with Django's on_commit, which keeps track of the
-    savepoints; when the transaction commits, the first marker to run submits every enqueue
-    whose marker is still registered, in one call per backend: one round trip (per 500
-    tasks) however many enqueues the transaction made.
-    """
-
-    _open: weakref.WeakKeyDictionary[BaseDatabaseWrapper, CommitBatch] = weakref.WeakKeyDictionary()
-
-    def __init__(self, alias: str) -> None:
-        self.alias = alias
-        self.entries: list[
-            tuple[weakref.ref[_Marker], Backend, Sequence[Submission], Sequence[JobHandle]]
-        ] = []
-        self.sent = False
-
-    @classmethod
-    def of(cls, connection: BaseDatabaseWrapper) -> CommitBatch:
-        """The batch of the connection's current transaction (a new one after a commit or a
-        rollback: every marker of a rolled-back transaction is gone)."""
-        batch = cls._open.get(connection)
-        if batch is None or batch.sent or not any(ref() for ref, *_ in batch.entries):
-            batch = cls._open[connection] = cls(connection.alias)
-        return batch
-
-    def add(
-        self, backend: Backend, submissions: Sequence[Submission], deferred: Sequence[JobHandle]
-    ) -> None:
-        marker = _Marker(self)
-        self.entries.append((weakref.ref(marker), backend, submissions, deferred))
-        transaction.on_commit(marker, using=self.alias)
-
-    def send(self) -> None:
-        if self.sent:
-            return
-        self.sent = True
-        live = [entry for entry in self.entries if entry[0]() is not None]
-        self.entries.clear()
-        backends = {id(backend): backend for _, backend, _, _ in live}
-        for key, backend in backends.items():
-            mine = [entry for entry in live if id(entry[1]) == key]
-            submissions = [s for _, _, subs, _ in mine for s in subs]
-            handles = [h for _, _, _, hs in mine for h in hs]
-            send_after_commit(backend, submissions, handles)

@@ -1,6 +1,7 @@
-"""Where an enqueue goes: one small backend per mode, as Django's tasks framework has them.
+"""Where an enqueue goes without Redis: one small backend per mode, as Django's tasks framework
+has them. Into Redis (REDIS_URL set) is the client's own `client.RedisBackend`, so that an
+enqueue runs no code of this package; the outbox's fast path is given it.
 
-- `redis.RedisBackend`: into Redis, for the workers (REDIS_URL set).
 - `inline.InlineBackend`: run now, in this process (REDIS_URL unset, WHEN_DISABLED "inline").
 - `skip.SkipBackend`: log and drop (REDIS_URL unset, WHEN_DISABLED "skip").
 

@@ -2,11 +2,12 @@
 
 - `write(submissions, using)` inserts one row per task in the current transaction: a rollback
   takes the rows with it, so the jobs never existed.
-- `OutboxBackend(using).submit(...)` is the fast path, run once the rows have committed (by the
-  client's `CommitBatch`, one round trip per transaction, or at once outside a transaction): in
-  one transaction it claims its rows (`claim`: deletes those no relay has taken), sends their
-  tasks through the Redis backend and commits. Redis unavailable (or refusing): the claim rolls
-  back, the rows stay and each task's state is OUTBOXED; a worker's relay sends them.
+- `OutboxBackend(redis, using).submit(...)` is the fast path, run once the rows have committed
+  (by `on_commit.CommitBatch`, one round trip per transaction, or at once outside a transaction):
+  in one transaction it claims its rows (`claim`: deletes those no relay has taken), sends their
+  tasks through `redis` (the client's Redis backend) and commits. Redis unavailable (or
+  refusing): the claim rolls back, the rows stay and each task's state is OUTBOXED; a worker's
+  relay sends them.
 - `send_rows(rows, using)` is what the relay sends (django_jobs.worker.relay picks the rows):
   oldest id first, one round trip per batch, a row deleted only after Redis accepted its task.
   Sending a row twice leaves one task: the enqueue script refuses an id it has written.
@@ -29,8 +30,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router, tran
 from django.db.models import Count, Min
 from django.utils import timezone
 
-from django_jobs.backends.base import Submission
-from django_jobs.backends.redis import RedisBackend
+from django_jobs.backends.base import Backend, Submission
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
 from django_jobs.conf.redact import REDACTED
@@ -107,9 +107,10 @@ def write(submissions: Sequence[Submission], using: str) -> None:
 class OutboxBackend:
     """The fast path: send committed rows' tasks to Redis, delete the rows Redis accepted."""
 
-    def __init__(self, using: str = DEFAULT_DB_ALIAS) -> None:
+    def __init__(self, redis: Backend, using: str = DEFAULT_DB_ALIAS) -> None:
         self.using = using
-        self.redis = RedisBackend()
+        #: The client's Redis backend, which sends the claimed rows' tasks.
+        self.redis = redis
         #: After Redis did not answer: which broker, and until when (monotonic) not to try it.
         self.skip: tuple[object, float] | None = None
 
@@ -175,12 +176,12 @@ def claim(job_ids: Sequence[str], using: str) -> set[str]:
 _backends: dict[str, OutboxBackend] = {}
 
 
-def backend(using: str) -> OutboxBackend:
-    """The fast path of database `using` (one object per alias, so that the enqueues of one
-    transaction share one round trip)."""
+def backend(using: str, redis: Backend) -> OutboxBackend:
+    """The fast path of database `using`, sending through `redis` (the client's Redis backend;
+    one object per alias, so that the enqueues of one transaction share one round trip)."""
     found = _backends.get(using)
     if found is None:
-        found = _backends[using] = OutboxBackend(using)
+        found = _backends[using] = OutboxBackend(redis, using)
     return found
 
 
