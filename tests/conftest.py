@@ -94,7 +94,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class RedisServer:
+class Freezable:
+    """A server process a test may freeze (SIGSTOP) and thaw (SIGCONT)."""
+
+    process: subprocess.Popen[bytes] | None
+
+    def freeze(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+
+class RedisServer(Freezable):
     """A redis-server process owned by one test: start, stop, kill, freeze and thaw it."""
 
     def __init__(self, executable: str, directory: Path) -> None:
@@ -156,14 +170,6 @@ class RedisServer:
     def restart(self) -> None:
         self.stop()
         self.start()
-
-    def freeze(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ the primary, so what it held is gone, as with the primary's host.
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -23,12 +22,12 @@ import pytest
 import redis
 
 from tests.chaos.proxy import Proxy
-from tests.conftest import free_port, wait_until
+from tests.conftest import Freezable, free_port, wait_until
 
 SERVICE = "jobs"
 
 
-class Process:
+class Process(Freezable):
     """One redis-server (or sentinel) process with its config file."""
 
     def __init__(self, executable: str, directory: Path, config: str, port: int = 0) -> None:
@@ -71,14 +70,6 @@ class Process:
             self.process.kill()
             self.process.wait(timeout=10)
         self.process = None
-
-    def freeze(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-
-    def thaw(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
 
     def replication(self) -> dict[str, object]:
         """Its INFO replication (role, master_link_status, ...)."""

@@ -51,6 +51,17 @@ def conclude(
         )
 
 
+def primary_lost(
+    stage: Stage, kind: str, killed: float, window: float, aftermath: float, slots: int
+) -> None:
+    """Record the loss of a Redis primary at `killed`: a run finished in the `window` before it
+    may have lost its ack with it and run again, and so may a run of one of the `slots` busy
+    then; a duplicate is blamed on it until `aftermath` after."""
+    finished = stage.log.read().dones.values()
+    caught = sum(1 for runs in finished if killed - window <= runs[0].time <= killed)
+    stage.fault(kind, killed - window, killed + aftermath, cap=caught + slots)
+
+
 def orphan_recoveries(log: Log, faults: Iterable[Fault]) -> dict[str, list[float]]:
     """For each task a kill or freeze caught mid-run: seconds until it started again, by kind."""
     log.read()

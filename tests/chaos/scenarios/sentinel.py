@@ -22,7 +22,7 @@ from testproject.probes.jobs import ChaosWork
 from tests.chaos.harness import FAST, Run, admin_client
 from tests.chaos.profiles import Profile
 from tests.chaos.report import Result
-from tests.chaos.scenarios.common import Feeder, conclude, probe
+from tests.chaos.scenarios.common import Feeder, conclude, primary_lost, probe
 from tests.sentinel import SentinelSetup, redis_server
 
 WORKERS = 2
@@ -69,13 +69,8 @@ def _failover(run: Run, profile: Profile, result: Result, acks: int) -> None:
             window = {i for i, a in accepted if killed - WINDOW <= a.at <= killed}
             if not acks:
                 stage.ledger.may_lose |= window
-            finished = stage.log.read().dones.values()
-            caught = sum(1 for runs in finished if killed - WINDOW <= runs[0].time <= killed)
-            stage.fault(
-                "kill -9 of the primary",
-                killed - WINDOW,
-                killed + AFTERMATH,
-                cap=caught + WORKERS * CONCURRENCY,
+            primary_lost(
+                stage, "kill -9 of the primary", killed, WINDOW, AFTERMATH, WORKERS * CONCURRENCY
             )
             conclude(stage, result, drain=120)
             gone = window - stage.log.done_ids()
