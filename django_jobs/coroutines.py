@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections
+from django.db import close_old_connections as _close_old_connections
 
 from django_jobs.exceptions import JobsError
 
@@ -137,11 +137,16 @@ def run(awaitable: Awaitable[Any], *, hygiene: bool = False) -> Any:
         return pool.submit(contextvars.copy_context().run, _run_here, coroutine).result()
 
 
-async def hygienic(awaitable: Awaitable[Any]) -> Any:
-    """Await it between two `close_old_connections()`, as Django's ASGI handler brackets an
-    async view: on the thread its sync_to_async runs the ORM on, where an async handler's
-    database connections live."""
-    close = sync_to_async(close_old_connections)
+#: `close_old_connections()` on the thread sync_to_async runs the ORM on, where an async
+#: handler's database connections live.
+close_old_connections = sync_to_async(_close_old_connections)
+
+
+async def hygienic(
+    awaitable: Awaitable[Any], close: Callable[[], Awaitable[None]] = close_old_connections
+) -> Any:
+    """Await it between two closes of stale database connections, as Django's ASGI handler
+    brackets an async view."""
     await close()
     try:
         return await awaitable

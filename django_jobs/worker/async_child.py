@@ -123,6 +123,8 @@ class AsyncChild(Child):
         self.lost: set[tuple[str, str]] = set()
         self.canceled: set[tuple[str, str]] = set()
         self.waiter = Waiter(broker, queues, self.loop, self._woken)
+        #: The `close_old_connections()` under way, that runs starting or ending now share.
+        self._closing: asyncio.Future[None] | None = None
 
     # -- signals (on the child's thread; a sync job may be running) ----------------------------
 
@@ -336,7 +338,7 @@ class AsyncChild(Child):
         coroutine = job(context).run(run.payload)
         assert coroutine is not None
         if self.processor.hygiene:
-            coroutine = coroutines.hygienic(coroutine)
+            coroutine = coroutines.hygienic(coroutine, self._close_old_connections)
         if tracing.tracer is None:
             await coroutine
             return
@@ -345,6 +347,15 @@ class AsyncChild(Child):
             job.name, delivery.id, delivery.queue, run.attempt.number, message.trace
         ):
             await coroutine
+
+    async def _close_old_connections(self) -> None:
+        """`close_old_connections()` on the thread the async ORM runs on: one call for all the
+        runs that ask while it is under way (100 runs starting together cost one hop to that
+        thread, not 100)."""
+        pending = self._closing
+        if pending is None or pending.done():
+            pending = self._closing = asyncio.ensure_future(coroutines.close_old_connections())
+        await asyncio.shield(pending)
 
 
 def main(

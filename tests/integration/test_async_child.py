@@ -21,6 +21,7 @@ from django_jobs.jobs import Job
 from django_jobs.worker.async_child import AsyncChild
 from django_jobs.worker.child import LOST_SIGNAL
 from django_jobs.worker.slots import SlotTable
+from testproject.probes.models import Effect
 from tests.conftest import RedisNamespace, wait_until
 from tests.integration.test_child_alarm import restored_signals  # noqa: F401 (a fixture)
 
@@ -43,6 +44,8 @@ class AsyncHold(Job[Hold]):
         except LeaseLost as exc:
             seen.append(f"{payload.tag}: {type(exc).__name__}")
             raise
+        if payload.tag.startswith("db"):  # the async ORM, as an async view uses it
+            await Effect.objects.acreate(key=payload.tag, pid=os.getpid())
         seen.append(f"{payload.tag}: done")
 
 
@@ -120,3 +123,17 @@ def test_async_child__takes_no_more_tasks_than_it_may_run_before_it_retires(
     # Then it ran two and left the other two pending for another child
     states = sorted(get_inspector().task("default", h.id).state for h in handles)
     assert states == ["completed", "completed", "pending", "pending"]
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.django_db(transaction=True)
+def test_async_child__runs_use_the_async_orm_between_closes_of_stale_connections(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "MAX_TASKS_PER_CHILD": 3}
+    AsyncHold.enqueue_many([Hold(f"db{i}", seconds=0) for i in range(3)])
+    child = AsyncChild(get_broker(), ["default"], SlotTable(3), range(3), os.getppid())
+
+    child.run()
+
+    assert sorted(Effect.objects.values_list("key", flat=True)) == ["db0", "db1", "db2"]
