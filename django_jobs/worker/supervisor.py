@@ -124,7 +124,8 @@ class Supervisor:
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "queues": ",".join(self.queues),
-            "concurrency": self.concurrency,
+            # Tasks at once, as the admin and the API show it beside the tasks it runs.
+            "concurrency": self.table.size,
             "async_concurrency": self.per_child,
             "started": time.time(),
         }
