@@ -88,6 +88,20 @@ _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 #: that cannot be decoded, an outbox row).
 SENSITIVE_MARK = '"sensitive":true'
 
+#: Why a task whose id is listed but whose record is gone cannot run: what a Redis with an
+#: eviction policy does under memory pressure (or a hand's DEL). The worker that meets such an
+#: id files the task as dead with this error; the admin and the API list it with NO_RECORD.
+RECORD_EVICTED = (
+    "record evicted: the task's record was gone (or held neither its message nor its enqueue "
+    "time) when a worker took it: Redis evicts keys under a maxmemory-policy other than "
+    "noeviction, or it was deleted or written by hand; nothing of it is left to run"
+)
+NO_RECORD = (
+    "no record: only its id is left (evicted by Redis under a maxmemory-policy other than "
+    "noeviction, or deleted by hand); a worker files it as dead when it meets it. Deleting it "
+    "removes the id."
+)
+
 
 def decode(raw: str | bytes) -> Message:
     """Decode a message, raising DecodeError with the reason if it is corrupt."""

@@ -12,6 +12,7 @@ from django_jobs.conf.redact import redacted
 from django_jobs.cursor import encode_cursor
 from django_jobs.inspector import TaskInfo
 from django_jobs.keys import State
+from django_jobs.message import NO_RECORD
 
 #: Columns of the tasks list for each state, after id, queue and job (the payload and the
 #: idempotency key are on the task's page): (heading, TaskInfo attribute).
@@ -72,6 +73,13 @@ class Row:
     def job_parts(self) -> list[str]:
         """The job's dotted name in parts, so that it can break at its dots."""
         return job_name(self.task).split(".")
+
+    @property
+    def unreadable(self) -> str:
+        """What the job cell says of a record that cannot be read ("" when it can)."""
+        if not self.task.decode_error:
+            return ""
+        return "(no record)" if self.task.decode_error == NO_RECORD else "(undecodable)"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,7 +34,7 @@ from django_jobs.broker.info import (
 from django_jobs.broker.protocol import Deleted
 from django_jobs.conf.redact import REDACTED
 from django_jobs.keys import State, today, worker, workers
-from django_jobs.message import SENSITIVE_MARK, DecodeError, Message, decode
+from django_jobs.message import NO_RECORD, SENSITIVE_MARK, DecodeError, Message, decode
 
 
 def _time(value: str | None) -> datetime | None:
@@ -285,8 +286,11 @@ class InspectCalls(ScriptCalls):
             elif isinstance(row, list):
                 fields, cut, msg = _fields(limits, row)
                 infos.append(_task_info(queue, task_id, fields, listed, cut, msg))
-            else:  # no such key
-                infos.append(_task_info(queue, task_id, {}, listed) if listed else None)
+            elif listed:  # no such key: an id listed without its record (an eviction?)
+                info = _task_info(queue, task_id, {"error": NO_RECORD}, listed)
+                infos.append(replace(info, decode_error=NO_RECORD))
+            else:
+                infos.append(None)
         return infos
 
     def _limit(self, name: str, limit: int) -> int:

@@ -53,3 +53,14 @@ def redis_warnings(client: redis.Redis) -> list[str]:
             "can vanish. Set 'maxmemory-policy noeviction' for the jobs Redis."
         )
     return warnings
+
+
+def evictions(client: redis.Redis) -> tuple[int, str] | None:
+    """How many keys Redis has evicted since it started, and its maxmemory-policy; None when it
+    cannot tell (INFO disabled). The janitor logs what this count grows by."""
+    try:
+        evicted = client.info("stats").get("evicted_keys", 0)
+        policy = client.info("memory").get("maxmemory_policy", "noeviction")
+    except redis.ResponseError:
+        return None
+    return int(evicted), str(policy)

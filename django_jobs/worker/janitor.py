@@ -1,5 +1,5 @@
-"""Janitor: delete completed tasks past their retention, keep the dead set bounded, and prune
-the processed-tasks table.
+"""Janitor: delete completed tasks past their retention, keep the dead set bounded, prune the
+processed-tasks table, and say when Redis evicted keys.
 
 It runs in the supervisor's loop, so each tick must stay short: pruning deletes at most one
 bounded batch per database per tick. While a batch comes back full (a backlog), the next tick
@@ -17,6 +17,7 @@ from django.db import DatabaseError, close_old_connections, connections
 
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.idempotency import prune_aliases, prune_batch
+from django_jobs.worker.banner import evictions
 from django_jobs.worker.loop import Clock, Component
 
 BATCH = 1000
@@ -46,6 +47,8 @@ class Janitor(Component):
         self.redis_due = clock()
         #: Whether the last pruning failed (one log line per change, not one per tick).
         self.prune_failing = False
+        #: Redis' count of evicted keys at the last look (None: not looked yet).
+        self.evicted: int | None = None
 
     def tick(self) -> None:
         # The database first: a Redis outage (which ends this tick) does not stop pruning.
@@ -55,7 +58,30 @@ class Janitor(Component):
             for queue in self.queues:
                 while self.broker.janitor(queue, BATCH) >= BATCH:
                     pass
+            self.report_evictions()
             self.redis_due = self.clock() + self.broker.settings.janitor_interval
+
+    def report_evictions(self) -> None:
+        """Say how many keys Redis evicted since the last look: any of them may have been a
+        task's record or a queue's list, so tasks may be lost or stranded (a record whose id
+        a worker meets is filed dead as "record evicted"; nothing finds a record whose list went).
+        """
+        with self.broker.unavailable(writes=False):
+            seen = evictions(self.broker.client)
+        if seen is None:
+            return
+        count, policy = seen
+        since = "since this worker last looked" if self.evicted is not None else "since it started"
+        if self.evicted is None or count < self.evicted:  # first look, or a restarted Redis
+            self.evicted = 0
+        if count > self.evicted:
+            self.logger.error(
+                "Redis evicted %d key(s) %s (maxmemory-policy %s): task records and queue lists "
+                "of django-jobs may be among them, so tasks may be lost or stranded. Set "
+                "'maxmemory-policy noeviction' for the jobs Redis.",
+                count - self.evicted, since, policy,
+            )  # fmt: skip
+        self.evicted = count
 
     def prune(self) -> bool:
         """Delete one batch of expired ProcessedTask rows per database; True if one was full."""

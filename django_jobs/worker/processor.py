@@ -27,7 +27,7 @@ from django_jobs.exceptions import UnknownJob
 from django_jobs.execution import run_job
 from django_jobs.jobs import Job, JobContext, registry
 from django_jobs.keys import State
-from django_jobs.message import DecodeError, Message, decode, payload_from_json
+from django_jobs.message import RECORD_EVICTED, DecodeError, Message, decode, payload_from_json
 from django_jobs.metrics import hook
 from django_jobs.worker import policy
 from django_jobs.worker.policy import Attempt, Decision, Fate
@@ -130,6 +130,8 @@ class Processor:
     def prepare(self, delivery: Delivery) -> Run | Verdict:
         """What a run of the task needs; or, if it cannot run (a corrupt record, an unknown job
         type), what to write for it instead."""
+        if not delivery.raw and delivery.enqueued_at is None:  # nothing is left of its record
+            return verdict(delivery, "?", policy.corrupt(RECORD_EVICTED))
         try:
             message = decode(delivery.raw)
         except DecodeError as exc:

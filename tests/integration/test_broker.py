@@ -936,7 +936,7 @@ def test_kill__transitions(
 
 
 def test_forward__moves_only_due_tasks(redis_ns: RedisNamespace) -> None:
-    # An id whose record is gone has nothing left to run: it is dropped, not counted.
+    # An id whose record is gone (evicted) goes on too: the worker that takes it files it dead.
     k = get_broker().keys("default")
     redis_ns.client.zadd(k.scheduled, {"ghost": redis_now(redis_ns.client) - 3})
     check_transition(
@@ -949,14 +949,14 @@ def test_forward__moves_only_due_tasks(redis_ns: RedisNamespace) -> None:
             task("r2", "retry", 60, next_at=60.0, attempts=1, error="E"),
         ],
         lambda b: b.forward("default"),
-        2,
+        3,
         {
             t("p"): ("hash", rec("p", "pending")),
             t("s1"): ("hash", rec("s1", "pending")),
             t("s2"): ("hash", rec("s2", "scheduled", next_at="now+60")),
             t("r1"): ("hash", rec("r1", "pending", attempts="1", error="E")),
             t("r2"): ("hash", rec("r2", "retry", attempts="1", error="E", next_at="now+60")),
-            q("pending"): ("list", ["r1", "s1", "p"]),
+            q("pending"): ("list", ["r1", "s1", "ghost", "p"]),
             q("scheduled"): ("zset", [("s2", "now+60")]),
             q("retry"): ("zset", [("r2", "now+60")]),
             q("wake"): ("list", ["1"]),

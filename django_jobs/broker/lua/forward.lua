@@ -12,8 +12,7 @@
 -- ARGV[2]  most tasks to move from each sorted set in this call
 -- Returns  the number of tasks moved, up to the limit from each sorted set: call again while
 --          it is at least the limit, as the forwarder does, since either set may hold more that
---          are due (ids whose record is gone are dropped and not counted: the next call or tick
---          takes what they left); an error naming a key of KEYS[1..3] that has another type
+--          are due; an error naming a key of KEYS[1..3] that has another type
 --          (nothing changed). A wake key of another type is skipped.
 local now = clock()
 local due = {}
@@ -36,17 +35,15 @@ for i = 1, 2 do
   for _, id in ipairs(due[i]) do
     redis.call('ZREM', KEYS[i], id)
     local key = ARGV[1] .. id
-    -- An id without a record has nothing left to run: dropping it loses nothing. One whose
-    -- record is not a hash (overwritten by hand) goes on too: dequeue files it as dead.
-    local kind = redis.call('TYPE', key).ok
-    if kind ~= 'none' then
-      redis.call('LPUSH', KEYS[3], id)
-      if kind == 'hash' then
-        redis.call('HSET', key, 'state', 'pending')
-        redis.call('HDEL', key, 'next_at')
-      end
-      moved = moved + 1
+    -- An id without a record (evicted, or deleted by hand) goes on too: the worker that
+    -- takes it files it as dead saying so, rather than it vanishing without a word; so does
+    -- one whose record is not a hash (overwritten by hand), which dequeue files as dead.
+    redis.call('LPUSH', KEYS[3], id)
+    if redis.call('TYPE', key).ok == 'hash' then
+      redis.call('HSET', key, 'state', 'pending')
+      redis.call('HDEL', key, 'next_at')
     end
+    moved = moved + 1
   end
 end
 if moved > 0 then

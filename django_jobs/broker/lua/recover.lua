@@ -24,12 +24,25 @@
 -- ARGV[3]  most tasks to recover in this call
 -- Returns  a flat list: id, "pending" or "dead", id, ...; an error naming a key of KEYS[1..4]
 --          that has another type (nothing changed). A task whose record is not a hash is filed
---          as dead (see `bury`); a wake key or limit key of another type is skipped.
+--          as dead (see `bury`); one whose record is gone goes back to pending, to be filed as
+--          dead by the worker that takes it; a wake key or limit key of another type is skipped.
 local now = clock()
 local out = {}
 local ids, bad = range(KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, ARGV[3])
 if not ids then
   return bad
+end
+-- An id in active without a lease (the lease set evicted by Redis, or edited by hand) would
+-- never be recovered: it counts as expired. Every script that moves an id to active writes its
+-- lease in the same call, so no run in progress is taken for one.
+local running = redis.pcall('LRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+if not running.err and #running > 0 then
+  local leased = redis.call('ZMSCORE', KEYS[1], unpack(running))
+  for i, id in ipairs(running) do
+    if not leased[i] then
+      ids[#ids + 1] = id
+    end
+  end
 end
 if #ids > 0 then
   bad = wrong_type(KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
@@ -42,11 +55,18 @@ for _, id in ipairs(ids) do
   redis.call('LREM', KEYS[2], 1, id)
   local key = ARGV[1] .. id
   local kind = redis.call('TYPE', key).ok
-  if kind ~= 'hash' and kind ~= 'none' then
+  if kind == 'none' then
+    -- Its record was evicted (or deleted by hand): back to pending, where the worker that
+    -- takes it files it as dead saying so, rather than lost without a word.
+    redis.call('RPUSH', KEYS[3], id)
+    wake(KEYS[5])
+    out[#out + 1] = id
+    out[#out + 1] = 'pending'
+  elseif kind ~= 'hash' then
     bury(key, kind, id, KEYS[4], now)
     out[#out + 1] = id
     out[#out + 1] = 'dead'
-  elseif kind == 'hash' then
+  else
     -- bump: a record written by hand with non-numeric fields must not stop the sweep
     -- half-way, with the task already out of lease and active.
     bump(key, 'epoch')
