@@ -6,7 +6,7 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 
-nox.options.sessions = ["lint", "docs", "package", "tests", "chaos", "bench"]
+nox.options.sessions = ["lint", "docs", "package", "tests", "cluster", "chaos", "bench"]
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = True
 
@@ -103,6 +103,38 @@ def tests(session: nox.Session, django: str, db: str, worker_process: bool) -> N
         f"--ignore={path}" for path in WORKER_PROCESS_TESTS if path not in also
     ]  # fmt: skip
     session.run("pytest", "-n", "2", *leave_out, *session.posargs, env=env)
+
+
+#: The broker and worker tests that run once more on a Redis Cluster (the `cluster` session):
+#: enqueue, fetch in priority order, ack, retry, dead, lease recovery, idempotency, schedules,
+#: the read side and the slot audit; then tests/cluster_leg (real workers: priority across
+#: nodes, the idle wait, a slot moved while they drain).
+CLUSTER_TESTS = [
+    "tests/integration/test_broker.py",
+    "tests/integration/test_processor.py",
+    "tests/integration/test_idempotency.py",
+    "tests/integration/test_idempotency_scope.py",
+    "tests/integration/test_scheduler.py",
+    "tests/integration/test_sweepers.py",
+    "tests/integration/test_heartbeat.py",
+    "tests/integration/test_enqueue.py",
+    "tests/integration/test_scripts_atomic.py",
+    "tests/integration/test_scripts_flow.py",
+    "tests/integration/test_inspector.py",
+    "tests/integration/test_cluster_slots.py",
+    "tests/cluster_leg",
+]
+
+
+@nox.session(python="3.12")
+def cluster(session: nox.Session) -> None:
+    """The Cluster leg: CLUSTER_TESTS against a Redis Cluster of 3 masters with a replica each,
+    which `python -m tests.cluster` starts on free ports and stops (redis-server and redis-cli
+    on PATH). About a minute and a half on the CI machine."""
+    session.install("-e", ".[dev]")
+    env = {"DATABASE_URL": "sqlite:///:memory:"}
+    args = ["-n", "2", "-m", "not slow_seed", *CLUSTER_TESTS, *session.posargs]
+    session.run("python", "-m", "tests.cluster", *args, env=env)
 
 
 @nox.session(python="3.12")

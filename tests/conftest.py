@@ -24,6 +24,10 @@ import pytest
 import redis
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+#: The Cluster leg's own tests (tests/cluster_leg) run only in that leg, `python -m tests.cluster`
+#: (nox -s cluster), which points TEST_REDIS_URL at a Cluster it started.
+CLUSTER_LEG = os.environ.get("TEST_REDIS_URL", "").startswith("redis+cluster://")
+collect_ignore = [] if CLUSTER_LEG else ["cluster_leg"]
 
 
 def wait_until(
@@ -44,12 +48,21 @@ def wait_until(
         time.sleep(interval)
 
 
+def plain_client(url: str, **options: Any) -> redis.Redis:
+    """A client of the tests' Redis: a RedisCluster for a `redis+cluster://` URL (the Cluster
+    leg: `python -m tests.cluster`), else redis-py's own from the URL."""
+    if url.startswith("redis+cluster://"):
+        host, _, port = url.removeprefix("redis+cluster://").split(",")[0].rpartition(":")
+        return redis.RedisCluster(host=host, port=int(port), **options)  # type: ignore[return-value]
+    return redis.Redis.from_url(url, **options)
+
+
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     """The shared Redis server's URL; the test run fails (not skips) if it does not answer."""
     url = os.environ.get("TEST_REDIS_URL") or os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+        plain_client(url, socket_connect_timeout=2).ping()
     except (redis.RedisError, OSError) as exc:
         pytest.fail(f"Redis does not answer at {url} ({exc}); start it or set REDIS_URL.")
     return url
@@ -82,7 +95,7 @@ def redis_ns(redis_url: str, settings: Any) -> Iterator[RedisNamespace]:
         "REDIS_URL": redis_url,
         "NAMESPACE": namespace,
     }
-    ns = RedisNamespace(redis_url, namespace, redis.Redis.from_url(redis_url))
+    ns = RedisNamespace(redis_url, namespace, plain_client(redis_url))
     yield ns
     ns.cleanup()
     ns.client.close()

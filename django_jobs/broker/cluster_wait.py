@@ -33,6 +33,7 @@ from redis.exceptions import MovedError, ResponseError
 from django_jobs.broker.connection import UNBLOCK_TIMEOUT
 from django_jobs.broker.fetch import FetchCalls
 from django_jobs.broker.protocol import Delivery
+from django_jobs.exceptions import BrokerRefused
 
 #: Seconds a child waits for its BLPOPs' answers past their own timeout (Redis answers nil then).
 MARGIN = 1.0
@@ -48,6 +49,11 @@ class ClusterWait(FetchCalls):
         self._waits_pid = os.getpid()
         #: connection -> its CLIENT ID (for CLIENT UNBLOCK), while it is known.
         self._wait_ids: dict[int, int] = {}
+        #: A BLPOP's error reply in this wait (a wake key of another type), if any.
+        self._wait_error: ResponseError | None = None
+
+    def _wrong_wake_key(self, queues: Sequence[str], error: ResponseError) -> BrokerRefused:
+        raise NotImplementedError  # RedisBroker's
 
     def _wait_connection(self, queue: str, node: ClusterNode) -> Any:
         if self._waits_pid != os.getpid():  # a forked child opens its own
@@ -76,6 +82,7 @@ class ClusterWait(FetchCalls):
         fetch one task (see the module)."""
         assert self.wire is not None
         blocked: dict[int, tuple[ClusterNode, Any]] = {}
+        self._wait_error = None
         with self.unavailable():
             for index, queue in enumerate(queues):
                 wake = self.keys(queue).wake
@@ -110,6 +117,10 @@ class ClusterWait(FetchCalls):
                 self._round_trip(spare, own=True)
             if failed is not None:
                 raise failed
+        if self._wait_error is not None and not deliveries:
+            # BLPOP fails at once on such a key: without this error, an idle child would
+            # call again at once, forever. The worker backs off on it.
+            raise self._wrong_wake_key(queues, self._wait_error)
         return deliveries
 
     def _took(self, queues: Sequence[str], index: int, blocked: dict[int, Any]) -> bool:
@@ -121,8 +132,9 @@ class ClusterWait(FetchCalls):
             assert self.wire is not None
             self.wire.nodes.move_slot(exc)
             return False
-        except ResponseError:
-            return False  # a wake key of another type: the fetch still looks at the queue
+        except ResponseError as exc:
+            self._wait_error = exc  # a wake key of another type: the fetch still looks at it
+            return False
         except BaseException:
             self._drop_wait(queues[index])
             raise

@@ -29,6 +29,10 @@ WRONG_KEY = "WRONGKEY"
 NOTHING_CHANGED = "nothing was changed"
 NOTHING_ENQUEUED = "nothing was enqueued"
 
+#: Redis Cluster's answers while a slot moves or a failover runs, left after a call's time
+#: budget (see cluster.ClusterWire): the call did not run, and may be tried again.
+MOVING = (TryAgainError, ClusterDownError, AskError)
+
 
 def wrong_key(
     key: str, kind: str, expected: str, *, outcome: str = NOTHING_CHANGED
@@ -50,6 +54,11 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
     before it runs, so both mean exactly that.
     """
     text = str(exc)
+    if isinstance(exc, MOVING):  # left after the call's budget (cluster.ClusterWire)
+        return BrokerRefused(
+            f"Redis Cluster at {url} is moving a slot or failing over ({text}): {outcome}. "
+            f"Retry in a moment."
+        )
     if text.startswith(f"{WRONG_KEY} "):
         kind, expected, key = text[len(WRONG_KEY) + 1 :].split(" ", 2)
         return wrong_key(key, kind, expected, outcome=outcome)
@@ -83,11 +92,6 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
         f"Redis at {url} refused the call ({text}). Retry later; if it persists, look at the "
         f"Redis server's log and configuration."
     )
-
-
-#: Redis Cluster's answers while a slot moves or a failover runs, left after a call's time
-#: budget (see cluster.ClusterWire): the call did not run, and may be tried again.
-MOVING = (TryAgainError, ClusterDownError, AskError)
 
 
 class unavailable:  # lower case: used as the function it was, `with unavailable(url):`

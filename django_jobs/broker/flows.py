@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from django_jobs.broker.connection import NOTHING_CHANGED
+from django_jobs.broker.connection import NOTHING_CHANGED, decoded
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 
@@ -187,28 +187,24 @@ class FlowStore:
         queue, task_id = task
         record = self.broker.keys(queue).task(task_id)
 
-        def fill(pipe: Any) -> None:
-            pipe.hset(record, REPLAY_FIELD, f"{call_id} {epoch}")
-            pipe.evalsha(self.broker.scripts["flow_write"].sha, 3, *self.keys.call(call_id),
-                         *args)  # fmt: skip
+        sha = self.broker.scripts["flow_write"].sha
+        commands = [("HSET", record, REPLAY_FIELD, f"{call_id} {epoch}"),
+                    ("EVALSHA", sha, 3, *self.keys.call(call_id), *args)]  # fmt: skip
+        return str(self._with_scripts("flow_write", commands)[1])
 
-        return str(self._with_scripts("flow_write", fill)[1])
-
-    def _with_scripts(self, name: str, fill: Callable[[Any], None]) -> list[Any]:
-        """Run a pipeline that calls script `name` by SHA, loading it first if Redis has
-        forgotten it (a restart, SCRIPT FLUSH); a pipeline of writes that are safe twice."""
+    def _with_scripts(self, name: str, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send commands that call script `name` by SHA in one round trip (on a Redis Cluster,
+        each to its slot's node), loading it first if Redis has forgotten it (a restart,
+        SCRIPT FLUSH): writes that are safe twice. The replies as text; the first error raised."""
         with self.broker.unavailable():
-            for attempt in (1, 2):
-                pipe = self.broker.client.pipeline(transaction=False)
-                fill(pipe)
-                try:
-                    replies: list[Any] = pipe.execute()
-                    return replies
-                except NoScriptError:
-                    if attempt == 2:
-                        raise
-                    self.broker.client.script_load(self.broker.scripts[name].script)
-        raise AssertionError("unreachable")
+            replies = self.broker._round_trip(commands, own=False)
+            if any(isinstance(reply, NoScriptError) for reply in replies):
+                self.broker.client.script_load(self.broker.scripts[name].script)
+                replies = self.broker._round_trip(commands, own=False)
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return [decoded(reply) for reply in replies]
 
     # -- outside a flow --------------------------------------------------------------------
 
@@ -285,12 +281,11 @@ class FlowStore:
             if not runs:
                 return []
         sha, k = self.broker.scripts["flow_renew"].sha, self.keys
-
-        def fill(pipe: Any) -> None:
-            for _, (call_id, epoch) in runs:
-                pipe.evalsha(sha, 2, k.meta(call_id), k.lease(call_id), epoch, self.lease_ms)
-
-        answers = self._with_scripts("flow_renew", fill)
+        commands: list[tuple[Any, ...]] = [
+            ("EVALSHA", sha, 2, k.meta(call_id), k.lease(call_id), epoch, self.lease_ms)
+            for _, (call_id, epoch) in runs
+        ]
+        answers = self._with_scripts("flow_renew", commands)
         return [(d, str(a)) for (d, _), a in zip(runs, answers, strict=True) if a != "ok"]
 
 

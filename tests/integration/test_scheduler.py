@@ -180,12 +180,12 @@ def test_scheduler__a_removed_schedule_leaves_no_keys(
     clock = Clock(T0 + 0.01)
     Scheduler(brokers[0], {"kept": every(1, "kept"), "gone": every(1, "gone")}, clock).tick()
     ns = redis_ns.namespace
-    assert any(b"schedule:gone:" in k for k in redis_ns.client.keys(f"{ns}:*idem*"))
+    assert any("schedule:gone:" in k for k in redis_ns.keys() if ":idem:" in k)
     assert (
         redis_ns.client.exists(schedule_key(ns, "gone"), f"{schedule_key(ns, 'gone')}:fires") == 2
     )
     Scheduler(brokers[1], {"kept": every(1, "kept")}, clock).tick()  # the next worker start
-    assert [k for k in redis_ns.client.keys(f"{ns}:*") if b"gone" in k] == []
+    assert [k for k in redis_ns.keys() if "gone" in k] == []
     assert redis_ns.client.smembers(f"{ns}:schedules") == {b"kept"}
     assert redis_ns.client.exists(schedule_key(ns, "kept")) == 1
 

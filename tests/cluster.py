@@ -1,0 +1,202 @@
+"""A Redis Cluster of a test's own: 3 masters (each with a replica when asked) on free ports.
+
+`ClusterSetup` starts the servers (tests/sentinel.py's `Process`), joins them with
+`redis-cli --cluster create`, and tears them down; `move_slot` moves one slot between masters
+the way `redis-cli --cluster reshard` does (SETSLOT IMPORTING/MIGRATING, MIGRATE in batches,
+SETSLOT NODE), in steps a test can interleave with work. `cluster_setup` is a fixture (import it
+into the test module); `cluster_session` one per test session (the cluster leg's, see
+tests/integration/cluster/conftest.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from redis.cluster import key_slot
+
+from tests.conftest import free_port, wait_until
+from tests.sentinel import Process
+
+#: Each node's cluster settings: a short node timeout, so that a failover takes seconds.
+NODE_CONFIG = (
+    "cluster-enabled yes\ncluster-config-file nodes.conf\ncluster-node-timeout 2000\n"
+    "cluster-require-full-coverage yes\n"
+)
+
+
+def cluster_port() -> int:
+    """A free port whose cluster bus port (10000 higher) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+
+
+def _executable(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed (apt-get install redis-server redis-tools).")
+    return found
+
+
+class ClusterSetup:
+    """Three masters, slots split evenly, and `replicas` replicas of each."""
+
+    def __init__(self, directory: Path, replicas: int = 0) -> None:
+        server = _executable("redis-server")
+        self.cli = _executable("redis-cli")
+        count = 3 * (1 + replicas)
+        self.replicas = replicas
+        self.nodes = [
+            Process(server, directory / f"n{i}", NODE_CONFIG, port=cluster_port())
+            for i in range(count)
+        ]
+
+    @property
+    def url(self) -> str:
+        """The `redis+cluster://` URL of the first two masters (the client finds the rest)."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port},127.0.0.1:{self.nodes[1].port}"
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        for node in self.nodes:
+            node.start()
+        addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        subprocess.run(
+            [self.cli, "--cluster", "create", *addresses, "--cluster-replicas",
+             str(self.replicas), "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        wait_until(self._settled, timeout=30, interval=0.05)
+
+    def _settled(self) -> bool:
+        """Every node says the cluster is ok and knows every node (replicas synced)."""
+        for node in self.nodes:
+            with node.client(decode_responses=True) as client:
+                info = client.execute_command("CLUSTER INFO")
+                if info["cluster_state"] != "ok":
+                    return False
+                if int(info["cluster_known_nodes"]) != len(self.nodes):
+                    return False
+                replication = client.info("replication")
+                if replication["role"] == "slave" and replication["master_link_status"] != "up":
+                    return False
+        return True
+
+    def client(self) -> redis.RedisCluster:
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    # -- slots ------------------------------------------------------------------------------
+
+    def owner(self, slot: int) -> Process:
+        """The master that owns slot, by the nodes' own map."""
+        with self.nodes[0].client(decode_responses=True) as client:
+            for start, end, master, *_ in client.execute_command("CLUSTER SLOTS"):
+                if start <= slot <= end:
+                    return next(n for n in self.nodes if n.port == int(master[1]))
+        raise AssertionError(f"slot {slot} is not covered")
+
+    def masters(self) -> list[Process]:
+        found = []
+        for node in self.nodes:
+            with node.client(decode_responses=True) as client:
+                if client.info("replication")["role"] == "master":
+                    found.append(node)
+        return found
+
+    def move_slot(
+        self,
+        slot: int,
+        target: Process,
+        *,
+        batch: int = 10,
+        between: Callable[[], None] | None = None,
+    ) -> int:
+        """Move slot to target as `redis-cli --cluster reshard` does: keys in batches of
+        `batch` (MIGRATE), `between()` called after each batch; return the keys moved."""
+        source = self.owner(slot)
+        if source is target:
+            return 0
+        with (
+            source.client(decode_responses=True) as src,
+            target.client(decode_responses=True) as dst,
+        ):
+            source_id, target_id = (
+                src.execute_command("CLUSTER MYID"),
+                dst.execute_command("CLUSTER MYID"),
+            )
+            dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+            moved = 0
+            while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, batch):
+                src.execute_command(
+                    "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "REPLACE", "KEYS", *keys
+                )
+                moved += len(keys)
+                if between is not None:
+                    between()
+            for node in (dst, src):
+                node.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+            for other in self.masters():
+                if other not in (source, target):
+                    with other.client() as client:
+                        client.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        return moved
+
+
+def slot_of(key: str) -> int:
+    return key_slot(key.encode())
+
+
+@pytest.fixture
+def cluster_setup(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ClusterSetup]:
+    """A ClusterSetup of 3 masters; parametrize indirectly with the replicas per master."""
+    setup = ClusterSetup(tmp_path / "cluster", getattr(request, "param", 0))
+    setup.start()
+    yield setup
+    setup.stop()
+
+
+def main(argv: list[str]) -> int:
+    """`python -m tests.cluster [pytest arguments]`: start a cluster (3 masters, a replica
+    each), run pytest with TEST_REDIS_URL set to it, stop it; pytest's exit code."""
+    import os
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="jobs-cluster-") as directory:
+        setup = ClusterSetup(Path(directory), replicas=1)
+        setup.start()
+        try:
+            env = {**os.environ, "TEST_REDIS_URL": setup.url}
+            return subprocess.run([sys.executable, "-m", "pytest", *argv], env=env).returncode
+        finally:
+            setup.stop()
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
