@@ -66,5 +66,5 @@ class CancelCalls(ScriptCalls):
         args: list[Any] = [k.task_prefix, self.settings.lease]
         for task_id, epoch in held:
             args += [task_id, epoch]
-        lost, canceled = self._run("extend_lease", [k.lease], args)
+        lost, canceled = self._run("extend_lease", [k.lease, k.guard], args)
         return Renewal(_pairs(lost), _pairs(canceled))

@@ -2,6 +2,9 @@
 -- extend_lease: renew the leases of tasks a worker is still running.
 --
 -- KEYS[1]  <ns>:{<q>}:lease         sorted set, score = lease deadline
+-- KEYS[2]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard)
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  lease in seconds from now
 -- ARGV[3], ARGV[4], ...  pairs of task id and the epoch the worker holds
