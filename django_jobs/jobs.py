@@ -121,7 +121,6 @@ class Job(Generic[P]):
             )
         if "name" not in cls.__dict__:
             cls.name = _default_name(cls)
-        limit(cls.name, cls.concurrency_limit, cls.rate_limit)  # raises at the definition
         registry.add(cls)
 
     def run(self, payload: P) -> Awaitable[None] | None:
@@ -250,8 +249,12 @@ class Registry:
     def __init__(self) -> None:
         self.jobs: dict[str, type[Job[Any]]] = {}
         self.conflicts: dict[str, list[str]] = {}
+        #: The limits of the job types that have one, read once as each class is defined (so
+        #: that a worker child takes them without touching every class it inherited).
+        self._limits: dict[str, Limit] = {}
 
     def add(self, cls: type[Job[Any]]) -> None:
+        found = limit(cls.name, cls.concurrency_limit, cls.rate_limit)  # raises: not added
         existing = self.jobs.get(cls.name)
         same = existing is not None and (existing.__module__, existing.__qualname__) == (
             cls.__module__,
@@ -259,16 +262,17 @@ class Registry:
         )
         if existing is None or same:  # same: a module imported again (autoreload)
             self.jobs[cls.name] = cls
+            if found is None:
+                self._limits.pop(cls.name, None)
+            else:
+                self._limits[cls.name] = found
             return
         paths = self.conflicts.setdefault(cls.name, [_path(existing)])
         paths.append(_path(cls))
 
     def limits(self) -> list[Limit]:
         """The limits of the job types that have one (see `Job.concurrency_limit`)."""
-        found = (
-            limit(name, job.concurrency_limit, job.rate_limit) for name, job in self.jobs.items()
-        )
-        return [each for each in found if each is not None]
+        return list(self._limits.values())
 
     def get(self, name: str) -> type[Job[Any]]:
         """Return the job class registered as name, or raise UnknownJob."""
