@@ -280,7 +280,7 @@ class AsyncChild(Child):
             self._end(slot, verdict)
 
     async def _decide(self, slot: int, run: Run) -> Verdict | None:
-        """Publish the run in its slot, run its handler under its timeout, say what to write."""
+        """Run the handler (published in its slot) under its timeout; say what to write."""
         delivery, timeout, task = run.delivery, run.message.timeout, asyncio.current_task()
         assert isinstance(task, coroutines.Interruptible)
         started = self.processor.start(run)

@@ -44,8 +44,9 @@ def most_at_once(runs: list[tuple[str, float, float, int]]) -> int:
 def test_async_worker__one_child_runs_n_at_once_and_never_more(
     worker: Worker, redis_ns: RedisNamespace
 ) -> None:
-    # Given 20 jobs of 200 ms and one child that runs 10 at once
-    handles = AsyncSleep.enqueue_many([Work(f"j{i}", seconds=0.2) for i in range(20)])
+    # Given 20 jobs of 500 ms and one child that runs 10 at once (500 ms: the 10 overlap even if
+    # a loaded machine stalls the loop between their starts)
+    handles = AsyncSleep.enqueue_many([Work(f"j{i}", seconds=0.5) for i in range(20)])
 
     worker.start("--concurrency", "1", "--async-concurrency", "10")
 
