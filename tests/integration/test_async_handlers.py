@@ -9,21 +9,24 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from django_jobs import coroutines
+import django_jobs
+from django_jobs import CancelOutcome, coroutines
 from django_jobs.client import get_broker
-from django_jobs.exceptions import JobTimeout
+from django_jobs.exceptions import JobCanceled, JobTimeout
 from django_jobs.idempotency import current_task
 from django_jobs.inspector import get_inspector
 from django_jobs.jobs import Job
+from django_jobs.keys import State
 from django_jobs.testing import capture_jobs
-from django_jobs.worker.child import Child
+from django_jobs.worker.child import LOST_SIGNAL, Child
 from django_jobs.worker.slots import SlotTable
-from tests.conftest import RedisNamespace
+from tests.conftest import RedisNamespace, wait_until
 from tests.integration.test_child_alarm import restored_signals  # noqa: F401 (a fixture)
 
 #: What the handlers saw, in order.
@@ -44,7 +47,7 @@ class AsyncNap(Job[Nap]):
         marked = current_task.get()
         try:
             await asyncio.sleep(payload.seconds)
-        except JobTimeout as exc:
+        except (JobTimeout, JobCanceled) as exc:
             seen.append(f"{payload.tag}: caught {type(exc).__name__}: {exc}")
             raise
         if payload.fail:
@@ -145,3 +148,29 @@ def test_child__an_async_job_times_out_at_its_await_and_is_retried(
     assert (task.state, task.attempts, task.error) == (
         "retry", 1, "JobTimeout: timed out after 0.2 s"
     )  # fmt: skip
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.django_db(transaction=True)
+def test_child__an_async_job_sees_its_cancel_at_its_await_and_ends_canceled(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    settings.JOBS = {**settings.JOBS, "MAX_TASKS_PER_CHILD": 1}
+    handle = AsyncNap.enqueue(Nap("canceled", seconds=30))
+    table = SlotTable(1)
+    child = Child(get_broker(), ["default"], table, 0, os.getppid())
+
+    def cancel() -> None:
+        # As an operator and the supervisor do: mark the task, mark the run, signal the child.
+        running = wait_until(lambda: table.get(0))
+        assert django_jobs.cancel(handle.id) is CancelOutcome.REQUESTED
+        table.mark_canceled(0, running)
+        os.kill(os.getpid(), LOST_SIGNAL)
+
+    thread = threading.Thread(target=cancel, daemon=True)
+    thread.start()
+    child.run()
+    thread.join(timeout=5)
+
+    assert seen == [f"canceled: caught JobCanceled: task {handle.id} was canceled: run interrupted"]
+    assert get_inspector().task("default", handle.id).state == State.CANCELED
