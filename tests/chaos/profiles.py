@@ -61,8 +61,9 @@ PROFILES = {
         supervisor_kills=3,
         outages=1,
         oom_windows=1,
-        # 20a/20b: a Sentinel setup of their own each, about 15 s apiece: long profile only
-        skip=frozenset({"16", "20a", "20b"}),
+        # 20a-20c: a Sentinel setup or a Cluster of their own each, 15 to 30 s apiece: long
+        # profile only
+        skip=frozenset({"16", "20a", "20b", "20c"}),
     ),
     "long": Profile(
         name="long",
