@@ -11,7 +11,7 @@ from collections.abc import Callable
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 
-from django_jobs.admin.pages import JobsAdmin, Notice, plural, url
+from django_jobs.admin.pages import JobsAdmin, Notice, plural, task_page
 from django_jobs.broker.protocol import CancelOutcome
 from django_jobs.canceling import TOOK, cancel_task, said
 from django_jobs.inspector import Inspector, TaskInfo
@@ -37,7 +37,7 @@ class CancelActions(JobsAdmin):
             level = messages.SUCCESS if answer.outcome in TOOK else messages.WARNING
             return level, said(task_id, answer)
 
-        then = url("task_change", queue, task_id)
+        then = task_page(queue, task_id)
         return self.act(request, self.has_change_permission(request), change, then)
 
     def cancel_selected(

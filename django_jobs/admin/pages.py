@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import wraps
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import django
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.http import (
@@ -84,9 +86,27 @@ def tasks_url(queue: str, state: str, **query: str | int) -> str:
     return url("task_changelist", queue=queue, state=state, **query)
 
 
+def task_page(queue: str, task_id: str, view: str = "change") -> str:
+    """The URL of a task's page, or of its retry, delete or cancel view. The id is quoted as the
+    admin quotes primary keys ("/" is "_2F", "_" is "_5F"; the `admin_urlquote` filter in
+    templates), so that any id, one written by hand included, is one path segment, and an id
+    ending in "/retry" is a page, not an action (`unquoted` reads it back)."""
+    return url(f"task_{view}", queue, quote(task_id))
+
+
+def unquoted(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A task view called with the task id as `task_page` quoted it, given it as it is."""
+
+    @wraps(view)
+    def read(request: HttpRequest, queue: str, task_id: str) -> HttpResponse:
+        return view(request, queue, unquote(task_id))
+
+    return read
+
+
 def task_url(task: TaskInfo) -> str:
     """The page of one task."""
-    return url("task_change", task.queue, task.id)
+    return task_page(task.queue, task.id)
 
 
 def not_found(queue: str, task_id: str) -> Http404:

@@ -16,7 +16,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest, HttpResponse
 
-from django_jobs.admin.pages import JobsAdmin, Notice, url
+from django_jobs.admin.pages import JobsAdmin, Notice, task_page, url
 from django_jobs.exceptions import UnknownSchedule
 from django_jobs.inspector import Inspector, ScheduleInfo
 from django_jobs.models import Schedule
@@ -41,7 +41,7 @@ def last_task_url(info: ScheduleInfo) -> str:
     """The page of the task the schedule last enqueued, or "" before its first fire."""
     if info.last_task_id is None or info.last_task_queue is None:
         return ""
-    return url("task_change", info.last_task_queue, info.last_task_id)
+    return task_page(info.last_task_queue, info.last_task_id)
 
 
 @admin.register(Schedule)
@@ -87,7 +87,7 @@ class ScheduleAdmin(JobsAdmin):
             return {
                 "schedule": info,
                 "last_task_url": last_task_url(info),
-                "fires": [(fire, url("task_change", fire.queue, fire.task_id)) for fire in fires],
+                "fires": [(fire, task_page(fire.queue, fire.task_id)) for fire in fires],
                 "kept": HISTORY,
             }
 

@@ -26,8 +26,10 @@ from django_jobs.admin.pages import (
     not_found,
     payload,
     plural,
+    task_page,
     task_url,
     tasks_url,
+    unquoted,
     url,
 )
 from django_jobs.conf.redact import redacted
@@ -52,12 +54,11 @@ class TaskAdmin(CancelActions):
     def routes(self) -> list[tuple[str, Callable[..., HttpResponse], str]]:
         return [
             *super().routes(),
-            # <path:>: an id written by hand may hold "/"; the actions first, so that
-            # ".../retry/" is never read as the page of a task whose id ends in "/retry".
-            ("<str:queue>/<path:task_id>/retry/", self.retry_task, "retry"),
-            ("<str:queue>/<path:task_id>/delete/", self.delete_task, "delete"),
-            ("<str:queue>/<path:task_id>/cancel/", self.cancel_view, "cancel"),
-            ("<str:queue>/<path:task_id>/", self.task_view, "change"),
+            # The id quoted (task_page): one written by hand may hold "/", even end in "/retry".
+            ("<str:queue>/<str:task_id>/retry/", unquoted(self.retry_task), "retry"),
+            ("<str:queue>/<str:task_id>/delete/", unquoted(self.delete_task), "delete"),
+            ("<str:queue>/<str:task_id>/cancel/", unquoted(self.cancel_view), "cancel"),
+            ("<str:queue>/<str:task_id>/", unquoted(self.task_view), "change"),
         ]
 
     # -- the list ---------------------------------------------------------------------------
@@ -289,7 +290,7 @@ class TaskAdmin(CancelActions):
                 return messages.SUCCESS, f"Task {task_id} will run now."
             return messages.WARNING, f"Task {task_id} was not retried: {RETRY_RULE}."
 
-        then = url("task_change", queue, task_id)
+        then = task_page(queue, task_id)
         return self.act(request, self.has_change_permission(request), change, then)
 
     def delete_task(self, request: HttpRequest, queue: str, task_id: str) -> HttpResponse:
@@ -308,7 +309,7 @@ class TaskAdmin(CancelActions):
                     "fields": [("state", task.state)],
                 }
 
-            back = url("task_change", queue, task_id)
+            back = task_page(queue, task_id)
             return self.confirm(request, "Delete task", ask, "Yes, delete it", back)
         # Back to the list the task was in (a field of the confirmation form).
         state = request.POST.get("state", "")

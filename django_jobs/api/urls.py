@@ -53,20 +53,22 @@ below = [
         views.QueueDeadRetryView.as_view(),
         name="queue-dead-retry",
     ),
-    # Before the task routes, whose <str:task_id> would take "schedules".
+    # Before the task routes, whose <str:task_id> would take "schedules". <path:>: a schedule's
+    # name may hold "/" (one a URL cannot tell from an action's is refused, E028); the actions
+    # first, so that ".../run" is never read as a schedule's name.
     path("schedules", schedules.ScheduleListView.as_view(), name="schedules"),
-    path("schedules/<str:name>", schedules.ScheduleView.as_view(), name="schedule"),
-    path("schedules/<str:name>/run", schedules.ScheduleRunView.as_view(), name="schedule-run"),
+    path("schedules/<path:name>/run", schedules.ScheduleRunView.as_view(), name="schedule-run"),
     path(
-        "schedules/<str:name>/pause",
+        "schedules/<path:name>/pause",
         schedules.SchedulePauseView.as_view(),
         name="schedule-pause",
     ),
     path(
-        "schedules/<str:name>/resume",
+        "schedules/<path:name>/resume",
         schedules.ScheduleResumeView.as_view(),
         name="schedule-resume",
     ),
+    path("schedules/<path:name>", schedules.ScheduleView.as_view(), name="schedule"),
     path("<str:task_id>", views.TaskView.as_view(), name="task"),
     path("<str:task_id>/retry", views.TaskRetryView.as_view(), name="task-retry"),
     path("<str:task_id>/cancel", cancel.TaskCancelView.as_view(), name="task-cancel"),

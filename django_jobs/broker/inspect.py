@@ -3,8 +3,8 @@
 As asynq keeps `inspect.go` beside `rdb.go`, the queries the admin, the API and the CLI need
 live here, next to the scripts, and nothing outside `broker/` touches a Redis client. Each call
 runs inside the unavailability handling (`writes=False` for reads), costs a fixed number of
-round trips whatever the size of a queue, and answers with the dataclasses below. Nothing here
-calls KEYS or SCAN.
+round trips whatever the size of a queue, and answers with the dataclasses of info.py (a task's
+built by records.py). Nothing here calls KEYS or SCAN.
 
 A record that cannot be decoded is returned with `decode_error` set instead of failing a page,
 and a record key of another type with what is wrong in `error`: the admin is where an operator
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from redis.client import NEVER_DECODE
@@ -32,115 +30,20 @@ from django_jobs.broker.info import (
     check_state,
 )
 from django_jobs.broker.protocol import Deleted
-from django_jobs.conf.redact import REDACTED
+from django_jobs.broker.records import (
+    FULL,
+    READ_BATCH,
+    ROW,
+    SMALL,
+    SMALL_LIMIT,
+    decode_message,
+    fields_of,
+    orphan,
+    parse_int,
+    parse_time,
+    task_info,
+)
 from django_jobs.keys import State, today, worker, workers
-from django_jobs.message import NO_RECORD, SENSITIVE_MARK, DecodeError, Message, decode
-
-
-def _time(value: str | None) -> datetime | None:
-    try:
-        return datetime.fromtimestamp(float(value), UTC) if value else None
-    except (ValueError, OverflowError, OSError):
-        return None  # a corrupt field: show the task without that time rather than fail
-
-
-def _int(value: str | bytes | None) -> int:
-    try:
-        return int(value or 0)
-    except ValueError:
-        return 0
-
-
-def _message(raw: bytes | None) -> tuple[Message | None, str | None]:
-    """The decoded message, or None and why it cannot be decoded."""
-    try:
-        return decode(raw or b""), None
-    except DecodeError as exc:
-        return None, str(exc)
-
-
-#: The fields of a task record a listing reads (no traceback; the error as much as a row shows)
-#: and a task's page reads, with the most bytes read of each: a longer value (a record written
-#: by hand) is cut in Redis, so that no page moves more than a few hundred KB out of Redis. The
-#: small fields are read in one HMGET, each large one measured first; the message's limit grows
-#: with MAX_PAYLOAD_BYTES (InspectCalls._limit).
-SMALL = ("state", "attempts", "crashes", "enqueued_at", "started_at", "next_at", "failed_at",
-         "died_at", "completed_at", "cancel_requested_at", "canceled_at")  # fmt: skip
-SMALL_LIMIT = 64
-ROW: tuple[tuple[str, int], ...] = (("msg", 256 * 1024), ("error", 500))
-FULL = (("msg", 256 * 1024), ("error", 64 * 1024), ("traceback", 256 * 1024))
-#: Records read per script call: Redis runs a script whole, and other clients wait meanwhile.
-READ_BATCH = 100
-
-
-def _fields(
-    limits: Sequence[tuple[str, int]], row: list[Any]
-) -> tuple[dict[str, str], dict[str, int], bytes]:
-    """A record's fields as read_fields returned them (bytes, so that invalid UTF-8 cannot break
-    a page), the full size of each one it cut, and the message as stored."""
-    fields: dict[str, str] = {}
-    cut: dict[str, int] = {}
-    for (name, limit), size, value in zip(limits, row[::2], row[1::2], strict=True):
-        if value:
-            fields[name] = value.decode(errors="replace")
-        if size > limit:
-            cut[name] = size
-    msg = row[2 * [name for name, _ in limits].index("msg") + 1]
-    return fields, cut, msg
-
-
-def _task_info(
-    queue: str,
-    task_id: str,
-    f: dict[str, str],
-    listed: str,
-    cut: dict[str, int] | None = None,
-    msg: bytes = b"",
-) -> TaskInfo:
-    """Build a TaskInfo from a record's fields; a field cut says so at its end."""
-    cut = cut or {}
-
-    def text(name: str) -> str | None:
-        value = f.get(name) or None
-        if value is not None and name in cut:
-            value += f" [... cut: {cut[name]:,} bytes in all]"
-        return value
-
-    if "msg" in cut:
-        message = None
-        problem: str | None = (
-            f"its message is {cut['msg']:,} bytes, more than any task enqueued here can have "
-            f"(written by hand?): only its start is shown"
-        )
-    else:
-        message, problem = _message(msg)
-    raw = f.get("msg", "")
-    # An undecodable record cannot say so for sure: one whose text says so is taken at its word.
-    sensitive = message.sensitive if message else SENSITIVE_MARK in raw.replace(" ", "")
-    return TaskInfo(
-        id=task_id,
-        queue=queue,
-        state=f.get("state") or listed,
-        job=message.job if message else None,
-        payload=message.payload if message else None,
-        attempts=_int(f.get("attempts")),
-        crashes=_int(f.get("crashes")),
-        max_attempts=message.max_attempts if message else None,
-        idempotency_key=message.idempotency_key if message else None,
-        enqueued_at=_time(f.get("enqueued_at")),
-        started_at=_time(f.get("started_at")),
-        next_at=_time(f.get("next_at")),
-        failed_at=_time(f.get("failed_at")),
-        died_at=_time(f.get("died_at")),
-        completed_at=_time(f.get("completed_at")),
-        cancel_requested_at=_time(f.get("cancel_requested_at")),
-        canceled_at=_time(f.get("canceled_at")),
-        error=text("error"),
-        traceback=text("traceback"),
-        decode_error=problem,
-        raw=REDACTED if sensitive else raw,
-        sensitive=sensitive,
-    )
 
 
 def _running_tasks(value: str | None) -> list[tuple[str, str]]:
@@ -194,7 +97,7 @@ class InspectCalls(ScriptCalls):
             scheduled, pending, active, retry, dead, completed, paused, processed, failed = row[:9]
             infos.append(
                 QueueInfo(name, bool(paused), scheduled, pending, active, retry, dead, completed,
-                          processed_today=_int(processed), failed_today=_int(failed),
+                          processed_today=parse_int(processed), failed_today=parse_int(failed),
                           canceled=row[9])
             )  # fmt: skip
         return infos
@@ -234,8 +137,9 @@ class InspectCalls(ScriptCalls):
         """The tasks of ids in queue in full (each field cut to FULL's limits), in one round trip.
 
         `listed` is the state the ids were found in (a listing), for a record without one: an
-        id whose record is gone is then listed with that state and nothing else (an orphan, so
-        that it can be deleted); without `listed` it is None.
+        id whose record is gone is then listed with that state and NO_RECORD (an orphan, so
+        that it can be deleted); without `listed`, with the state whose structure lists it (one
+        more round trip), or None when none does.
         """
         return self._infos(queue, ids, listed, FULL, budget=None)
 
@@ -273,6 +177,7 @@ class InspectCalls(ScriptCalls):
             if len(rows) < len(batch):  # the script spent the budget
                 break
         infos: list[TaskInfo | None] = []
+        gone: list[int] = []  # where an id without a record is, when no listing says its state
         for task_id, row in zip(ids, reply, strict=False):  # fewer replies: the budget is spent
             if isinstance(row, bytes):
                 # A record key holding something else (written by hand): list the task with
@@ -282,16 +187,30 @@ class InspectCalls(ScriptCalls):
                     f"{row.decode(errors='replace')}: it is not one of ours (written by hand or "
                     f"by another program?). Deleting the task deletes that key."
                 )
-                infos.append(_task_info(queue, task_id, {"error": error}, listed))
+                infos.append(task_info(queue, task_id, {"error": error}, listed))
             elif isinstance(row, list):
-                fields, cut, msg = _fields(limits, row)
-                infos.append(_task_info(queue, task_id, fields, listed, cut, msg))
-            elif listed:  # no such key: an id listed without its record (an eviction?)
-                info = _task_info(queue, task_id, {"error": NO_RECORD}, listed)
-                infos.append(replace(info, decode_error=NO_RECORD))
-            else:
-                infos.append(None)
+                fields, cut, msg = fields_of(limits, row)
+                infos.append(task_info(queue, task_id, fields, listed, cut, msg))
+            else:  # no such key: an id listed without its record (an eviction?), or none
+                gone += [] if listed else [len(infos)]
+                infos.append(orphan(queue, task_id, listed) if listed else None)
+        for i, state in zip(gone, self._listed_in(queue, [ids[i] for i in gone]), strict=True):
+            infos[i] = orphan(queue, ids[i], state) if state else None
         return infos
+
+    def _listed_in(self, queue: str, ids: Sequence[str]) -> list[str]:
+        """The state whose structure lists each id ("" where none does), in one round trip."""
+        if not ids:
+            return []
+        k = self.keys(queue)
+        verbs = [("LPOS" if state in LISTS else "ZSCORE", k.state(state)) for state in State.ALL]
+        replies = self._read([(verb, key, task_id) for task_id in ids for verb, key in verbs])
+        width = len(verbs)
+        return [
+            next((state for state, found in zip(State.ALL, replies[at : at + width], strict=True)
+                  if found is not None and not isinstance(found, ResponseError)), "")
+            for at in range(0, len(replies), width)
+        ]  # fmt: skip
 
     def _limit(self, name: str, limit: int) -> int:
         """The limit of a field; the message's follows the largest payload accepted."""
@@ -328,18 +247,18 @@ class InspectCalls(ScriptCalls):
         refs = [(q, t) for slots in running for (t, q) in slots]
         messages = self._read([("HGET", self.keys(q).task(t), "msg") for q, t in refs])
         jobs = {
-            ref: None if isinstance(raw, ResponseError) else _message(raw)[0]
+            ref: None if isinstance(raw, ResponseError) else decode_message(raw)[0]
             for ref, raw in zip(refs, messages, strict=True)
         }
         return [
             WorkerInfo(
                 id=worker_id,
                 host=h.get("host", ""),
-                pid=_int(h.get("pid")),
+                pid=parse_int(h.get("pid")),
                 queues=tuple(q for q in h.get("queues", "").split(",") if q),
-                concurrency=_int(h.get("concurrency")),
-                started_at=_time(h.get("started")),
-                last_beat=_time(h.get("last_beat")),
+                concurrency=parse_int(h.get("concurrency")),
+                started_at=parse_time(h.get("started")),
+                last_beat=parse_time(h.get("last_beat")),
                 tasks=tuple(
                     RunningTask(t, q, message.job if (message := jobs.get((q, t))) else None)
                     for t, q in slots

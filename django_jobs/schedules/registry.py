@@ -116,6 +116,28 @@ def _payload(name: str, entry: dict[str, Any], job: type[Job[Any]]) -> tuple[Any
         ]
 
 
+#: The last parts of the admin's and the API's URLs of a schedule's actions.
+ACTIONS = ("run", "pause", "resume")
+
+
+def _name_errors(name: str) -> list[Error]:
+    """E028 for a name the admin's and the API's URLs could not tell apart from another's: one
+    with "/" at an end or twice in a row, ending in an action ("/run"), or not printable."""
+    parts = name.split("/")
+    if name.isprintable() and all(parts) and (len(parts) == 1 or parts[-1] not in ACTIONS):
+        return []
+    return [
+        _error(
+            28,
+            name,
+            "a schedule's name is part of its URLs in the admin and the API, and this one would "
+            "not be read back as itself",
+            "Use printable characters; a '/' only between two parts, and not before a last part "
+            f"of {', '.join(ACTIONS)} (which name the actions): 'reports/daily' is fine.",
+        )
+    ]
+
+
 def _check_entry(
     name: str, entry: Any, queues: tuple[str, ...]
 ) -> tuple[Schedule | None, list[Error]]:
@@ -128,7 +150,7 @@ def _check_entry(
                 'Write {"job": "app.Job", "cron": "0 3 * * *"} or {"job": ..., "every": 30}.',
             )
         ]
-    errors: list[Error] = []
+    errors: list[Error] = _name_errors(name)
     unknown = sorted(set(entry) - ENTRY_KEYS)
     if unknown:
         errors.append(

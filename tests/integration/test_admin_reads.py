@@ -19,6 +19,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from django_jobs import keys
+from django_jobs.admin.pages import task_page
 from django_jobs.message import Message, encode
 from tests.conftest import RedisServer
 
@@ -162,11 +163,11 @@ def test_odd_entries__every_page_renders_them_and_delete_removes_them(
     assert failed.status_code == 200
     assert {t["id"] for t in failed.json()["results"]} == {good, slashed, typed}
     for task_id in (slashed, typed):
-        assert staff.get(f"{TASKS}default/{task_id}/").status_code == 200, task_id
-        assert staff.get(f"{TASKS}default/{task_id}/delete/").status_code == 200, task_id
+        assert staff.get(task_page("default", task_id)).status_code == 200, task_id
+        assert staff.get(task_page("default", task_id, "delete")).status_code == 200, task_id
     assert api.get(f"{API}/{typed}").status_code == 200
 
-    deleted = staff.post(f"{TASKS}default/{slashed}/delete/", {"state": "dead"})
+    deleted = staff.post(task_page("default", slashed, "delete"), {"state": "dead"})
     gone = api.delete(f"{API}/{typed}")
 
     assert (deleted.status_code, gone.status_code) == (302, 204)

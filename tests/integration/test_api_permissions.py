@@ -285,7 +285,7 @@ class Endpoint:
 
     def url(self, seeded: Seeded) -> str:
         path = self.route.replace("<str:task_id>", seeded.api_task)
-        path = path.replace("<str:name>", schedule_of("default"))
+        path = path.replace("<path:name>", schedule_of("default"))
         return BASE + path.replace("<str:queue>", "default") + self.query
 
 
@@ -300,10 +300,10 @@ RESUME = "/queues/<str:queue>/resume"
 DEAD = "/queues/<str:queue>/dead"
 DEAD_RETRY = "/queues/<str:queue>/dead/retry"
 SCHEDULE_LIST = "/schedules"
-SCHEDULE = "/schedules/<str:name>"
-SCHEDULE_RUN = "/schedules/<str:name>/run"
-SCHEDULE_PAUSE = "/schedules/<str:name>/pause"
-SCHEDULE_RESUME = "/schedules/<str:name>/resume"
+SCHEDULE = "/schedules/<path:name>"
+SCHEDULE_RUN = "/schedules/<path:name>/run"
+SCHEDULE_PAUSE = "/schedules/<path:name>/pause"
+SCHEDULE_RESUME = "/schedules/<path:name>/resume"
 
 #: The reads, each with the admin pages showing the same things.
 READS = {
