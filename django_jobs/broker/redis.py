@@ -27,6 +27,7 @@ from django_jobs.broker.protocol import (
     Requeued,
     Verdict,
 )
+from django_jobs.broker.receipts import ReceiptCalls
 from django_jobs.broker.replicas import replicated
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
@@ -60,7 +61,7 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
-class RedisBroker(HandoffCalls, CancelCalls, ClusterWait):
+class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
     the read side and the operator's actions in inspect.py, the wire in connection.py."""
 
@@ -148,7 +149,8 @@ class RedisBroker(HandoffCalls, CancelCalls, ClusterWait):
                 prefixes.append(k.task_prefix)
             cached = self._dequeue_keys[tuple(queues)] = (keys, prefixes)
         keys, prefixes = cached
-        return keys, [self.settings.lease, count, *prefixes, *self.limit_args]
+        receipt = self._receipt(queues[0])  # one queue per call (fetch.py)
+        return keys, [self.settings.lease, count, receipt, *prefixes, *self.limit_args]
 
     def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
         # Raw bytes: the message may not be UTF-8 (a corrupt record must reach the processor,

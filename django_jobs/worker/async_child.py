@@ -180,6 +180,8 @@ class AsyncChild(Child):
                 self._settle(self._room() if fetch else 0)
                 continue
             if closing and not self.runs and not self.waiter.busy:
+                self._give_back_unsure(self.broker)
+                self._give_back_unsure(self.waiter.broker)
                 return
             if not closing and self.free and not self.waiter.busy:
                 self.waiter.ask()

@@ -205,6 +205,7 @@ class Child:
             fetch = maybe_work and not self.stopping and not self._retiring() and not orphaned
             if verdict is None and not fetch:
                 if self.stopping or self._retiring() or orphaned:
+                    self._give_back_unsure(self.broker)
                     return
                 deliveries = self._wait()
                 maybe_work = bool(deliveries)
@@ -348,6 +349,15 @@ class Child:
                 "could not hand back task %s (%s): it runs again once its lease expires",
                 delivery.id, why,
             )  # fmt: skip
+
+    def _give_back_unsure(self, broker: RedisBroker) -> None:
+        """As the child exits, give back what a fetch whose reply was lost took (an interrupted
+        wait, a timeout: broker/receipts.py), or it would wait in active until its lease expires."""
+        try:
+            broker.give_back_unsure()
+        except BrokerUnavailable:
+            logger.warning("could not give back what a fetch whose reply was lost took: it runs "
+                           "again once its lease expires")  # fmt: skip
 
     def _pause(self, seconds: float) -> None:
         # Not a "waiting" pause: a SIGTERM here must not drop an outcome still to be written.

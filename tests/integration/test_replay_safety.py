@@ -8,19 +8,22 @@ before it was refused.
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from django_jobs.broker.connection import connect
-from django_jobs.broker.protocol import Action, EnqueueRequest, Verdict
+from django_jobs.broker.protocol import Action, Delivery, EnqueueRequest, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.conf import get_settings
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+from django_jobs.worker.child import Child
+from django_jobs.worker.slots import SlotTable
 from tests.conftest import RedisNamespace
 
 
@@ -140,3 +143,90 @@ def test_settle__a_refused_outcome_hands_back_what_its_fetch_took(
     record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'b' * 32}")
     assert record[b"state"] == b"pending"
     assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"b" * 32]
+
+
+def test_settle__the_fetch_after_a_lost_reply_hands_out_the_task_that_fetch_took(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32), request("b" * 32)])
+    broker.settle([], ["default"], 0)
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.settle([], ["default"], 1)
+
+    _, fetched = broker.settle([], ["default"], 1)
+
+    # The task the lost fetch took is handed out now (its receipt found it), not left in
+    # active until its lease expires while the next one is taken; no attempt, no crash spent.
+    assert [d.id for d in fetched] == ["a" * 32]
+    assert (fetched[0].attempts, fetched[0].crashes) == (0, 0)
+    assert active(redis_ns) == [b"a" * 32]
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"b" * 32]
+
+
+def test_dequeue__the_next_call_after_a_lost_reply_hands_out_the_task_it_took(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32), request("b" * 32)])
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.dequeue(["default"])
+
+    again = broker.dequeue(["default"])
+
+    assert again is not None
+    assert again.id == "a" * 32
+    assert active(redis_ns) == [b"a" * 32]
+
+
+def test_give_back_unsure__a_stopping_child_gives_back_what_its_lost_wait_fetched(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32)])
+    broker.settle([], ["default"], 0)
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.wait_and_fetch(["default"], 0.01)
+
+    assert broker.give_back_unsure() == 1
+
+    # Back at the head of pending at once, not after its lease, and no crash counted.
+    assert active(redis_ns) == []
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"a" * 32]
+    record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'a' * 32}")
+    assert (record[b"state"], record[b"crashes"], record[b"attempts"]) == (b"pending", b"0", b"0")
+    assert broker.give_back_unsure() == 0
+
+
+def test_child__stopped_after_its_wait_lost_its_reply_gives_back_what_the_wait_took(
+    proxied: tuple[RedisBroker, LosingProxy],
+    redis_ns: RedisNamespace,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # An idle child's wait-and-fetch took a task, the reply was lost (the connection broke),
+    # and the stop came: the exiting child gives the task back instead of leaving it in active
+    # until its lease expires (then counted as a crash by the recoverer).
+    broker, proxy = proxied
+    child = Child(broker, ["default"], SlotTable(1), 0, os.getppid())
+    monkeypatch.setattr(child, "_install_signals", lambda: None)
+    wait_and_fetch = broker.wait_and_fetch
+
+    def lost_then_sigterm(queues: Sequence[str], timeout: float) -> list[Delivery]:
+        broker.enqueue([request("a" * 32)])
+        proxy.lose_next.set()
+        try:
+            return wait_and_fetch(queues, timeout)
+        finally:
+            child.stopping = True  # what Child._on_term does
+
+    monkeypatch.setattr(broker, "wait_and_fetch", lost_then_sigterm)
+
+    child.run()
+
+    assert active(redis_ns) == []
+    assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"a" * 32]
+    record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'a' * 32}")
+    assert (record[b"state"], record[b"crashes"]) == (b"pending", b"0")

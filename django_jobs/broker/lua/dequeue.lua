@@ -38,8 +38,11 @@
 --          <ns>:{<q>}:dead          sorted set, for a task whose record is not a hash
 -- ARGV[1]  lease in seconds
 -- ARGV[2]  most tasks to move
--- ARGV[3+i]  task key prefix <ns>:{<q>}:t: of the i-th queue
--- ARGV[3+n..]  (n queues) the limits, four per limited job type: its name, most running at once
+-- ARGV[3]  this fetch's receipt (the caller's own, fresh per call: see broker/receipts.py),
+--          written in each record handed out as `receipt`, so that when the reply is lost the
+--          caller's next call gives those tasks back first (give_back.lua): none stranded
+-- ARGV[4+i]  task key prefix <ns>:{<q>}:t: of the i-th queue
+-- ARGV[4+n..]  (n queues) the limits, four per limited job type: its name, most running at once
 --          (0: no cap), most starts per period (0: no rate) and the period in seconds; none for
 --          a worker whose job types have no limits
 -- Returns  a flat list, 9 strings per task:
@@ -63,7 +66,7 @@ local function broke(key, want)
 end
 -- The limited job types: name -> where its limit is in ARGV; nil when none is limited.
 local limits
-for i = 3 + queues, #ARGV, 4 do
+for i = 4 + queues, #ARGV, 4 do
   limits = limits or {}
   limits[ARGV[i]] = i
 end
@@ -136,7 +139,7 @@ for q = 0, queues - 1 do
   end
   local paused, pending, active, lease, dead = KEYS[5 * q + 1], KEYS[5 * q + 2],
     KEYS[5 * q + 3], KEYS[5 * q + 4], KEYS[5 * q + 5]
-  local tasks = ARGV[3 + q]
+  local tasks = ARGV[4 + q]
   local prefix = string.sub(tasks, 1, -3)  -- <ns>:{<q>}:, for the limit keys
   if redis.call('EXISTS', paused) == 0 then
     while left > 0 do
@@ -186,9 +189,10 @@ for q = 0, queues - 1 do
           end
           if limit and limit[1] > 0 then
             redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', stamp(now),
-              'limited', job)
+              'receipt', ARGV[3], 'limited', job)
           else
-            redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', stamp(now))
+            redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', stamp(now),
+              'receipt', ARGV[3])
           end
           if f[7] then
             redis.call('HDEL', key, 'rate_booked')
