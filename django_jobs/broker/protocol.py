@@ -106,10 +106,12 @@ class EnqueueRequest:
 
 
 class Requeued(StrEnum):
-    """Where requeue or recover put a task back: pending, or dead past the crash budget."""
+    """Where requeue or recover put a task back: pending, or dead past the crash budget, or
+    canceled when an operator had asked to cancel its run (it does not run again)."""
 
     PENDING = "pending"
     DEAD = "dead"
+    CANCELED = "canceled"
 
 
 class Deleted(StrEnum):

@@ -257,7 +257,7 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
             keys = [task, k.active, k.lease, k.retry, k.failed(today()), k.guard]
             args = [verdict.task_id, verdict.epoch, verdict.delay, verdict.error,
                     verdict.traceback, int(verdict.spend), COUNTER_TTL,
-                    int(verdict.unknown)]  # fmt: skip
+                    int(verdict.unknown), self.settings.retention]  # fmt: skip
             return "retry", keys, args
         if verdict.action == "kill":
             keys = [task, k.active, k.lease, k.dead, k.failed(today()), k.guard]
@@ -342,7 +342,8 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
     def _requeue_call(self, delivery: Delivery, crash: bool, reason: str) -> Call:
         k = self.keys(delivery.queue)
         keys = [k.task(delivery.id), k.active, k.lease, k.pending, k.dead, k.wake, k.guard]
-        args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason]
+        args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason,
+                self.settings.retention]  # fmt: skip
         return "requeue", keys, args
 
     # -- background loops -------------------------------------------------------------------
@@ -362,7 +363,8 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
         """Hand back tasks whose lease expired; return (id, new state) pairs."""
         k = self.keys(queue)
         keys = [k.lease, k.active, k.pending, k.dead, k.wake, k.guard]
-        flat = self._run("recover", keys, [k.task_prefix, self.settings.max_crashes, limit])
+        args = [k.task_prefix, self.settings.max_crashes, limit, self.settings.retention]
+        flat = self._run("recover", keys, args)
         return [
             (task_id, Requeued(state)) for task_id, state in zip(flat[::2], flat[1::2], strict=True)
         ]

@@ -25,6 +25,7 @@ from tests.integration.test_broker import (
     held,
     put,
     rec,
+    request,
     task,
 )
 from tests.redis_state import UNCHANGED, q, snapshot, t
@@ -219,3 +220,41 @@ def test_run_now__forgets_a_cancel_that_came_too_late(redis_ns: RedisNamespace) 
     record = snapshot(redis_ns)[t("a")][1]
     assert "cancel_requested_at" not in record
     assert "cancel_request" not in record
+
+
+# -- a cancel asked of a run that ends another way --------------------------------------------
+
+
+def _lease_expired(broker: Any, delivery: Any) -> Any:
+    k = broker.keys("default")
+    broker.client.zadd(k.lease, {delivery.id: 1.0}, xx=True)
+    return broker.recover("default")
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        pytest.param(lambda b, d: b.retry(d, 0, "Boom", ""), id="retry"),
+        pytest.param(lambda b, d: b.requeue(d, crash=False), id="requeue-on-stop"),
+        pytest.param(lambda b, d: b.requeue(d, crash=True, reason="died"), id="child-died"),
+        pytest.param(_lease_expired, id="lease-expired"),
+    ],
+)
+def test_cancel__a_run_asked_to_cancel_that_ends_otherwise_is_canceled_not_run_again(
+    redis_ns: RedisNamespace, end: Any
+) -> None:
+    # The run failed, or was handed back, or its worker died, before a heartbeat told it of
+    # the cancel: it must not start again from the beginning.
+    broker = get_broker()
+    broker.enqueue([request("a")])
+    (delivery,) = broker.dequeue_many(["default"], 1)
+    assert broker.cancel("default", "a").outcome is CancelOutcome.REQUESTED
+
+    end(broker, delivery)
+
+    broker.forward("default")
+    assert broker.dequeue_many(["default"], 1) == []
+    snap = snapshot(redis_ns)
+    assert snap[t("a")][1]["state"] == "canceled"
+    assert snap[q("canceled")] == ("zset", [("a", f"now+{DAY}")])
+    assert set(snap) - {q("wake")} == {t("a"), q("canceled")}, snap  # the enqueue's token

@@ -131,16 +131,17 @@ local function ended(meta)
 end
 -- held(key, epoch, done, gone): the stale-epoch guard every outcome script opens with (ack,
 -- retry, kill, requeue), before any write. Returns true when task record `key` is active under
--- `epoch` (the caller still holds the run: go on), and the job type whose concurrency slot the
--- run holds (its `limited` field, written by dequeue: give the slot back with `release` once the
--- run is filed; false for a job without a concurrency_limit); else the reply to return at once,
+-- `epoch` (the caller still holds the run: go on), the job type whose concurrency slot the run
+-- holds (its `limited` field, written by dequeue: give the slot back with `release` once the run
+-- is filed; false for a job without a concurrency_limit) and whether an operator asked to cancel
+-- the run (its `cancel_requested_at`, cancel.lua's mark); else the reply to return at once,
 -- nothing written: 1 when the record is already in state `done` under that epoch (a replay of
 -- this very call, retried by redis-py after a timeout; false: no replay to recognise), `gone`
 -- when the record has no state (default 0), 0 when the task is no longer this caller's
 -- (recovered and handed on: another epoch; or not active), or the error when the key is not a
 -- hash.
 local function held(key, epoch, done, gone)
-  local f, bad = fields(key, 'state', 'epoch', 'limited')
+  local f, bad = fields(key, 'state', 'epoch', 'limited', 'cancel_requested_at')
   if not f then
     return bad
   end
@@ -153,20 +154,25 @@ local function held(key, epoch, done, gone)
   if f[1] ~= 'active' or f[2] ~= epoch then
     return 0
   end
-  return true, f[3]
+  return true, f[3], f[4]
 end
 -- claim(record, epoch, done, active, lease, id, key, type, ...): the opening of an outcome
 -- script that files the task elsewhere (retry, kill, requeue): the stale-epoch guard (`held`,
 -- no record answering 0), then the types of the keys it will write (key, type pairs, as for
--- `wrong_type`), then `take` of id from active and lease. Returns nil when the caller holds the
--- run and the task is out of active and lease (go on), and the job type whose slot to `release`
--- (as `held`); else the reply to return at once, with nothing written.
+-- `wrong_type`; with the queue's canceled set when the run was asked to cancel: see
+-- `unwanted`), then `take` of id from active and lease. Returns nil when the caller holds the
+-- run and the task is out of active and lease (go on), the job type whose slot to `release` and
+-- the cancel mark (as `held`); else the reply to return at once, with nothing written.
 local function claim(record, epoch, done, active, lease, id, ...)
-  local stale, limited = held(record, epoch, done)
+  local stale, limited, marked = held(record, epoch, done)
   if stale ~= true then
     return stale
   end
-  return wrong_type(...) or take(active, lease, id), limited
+  local bad = wrong_type(...)
+  if not bad and marked then
+    bad = wrong_type(string.sub(record, 1, -(#id + 3)) .. 'canceled', 'zset')
+  end
+  return bad or take(active, lease, id), limited, marked
 end
 -- back(key, id, pending, wakekey): file task `id` (record `key`) as pending at the head of the
 -- line (it has waited longest) and leave a wake-up token. Returns 'pending'.
@@ -252,4 +258,15 @@ local function shelve(key, id, canceled, default, now)
   redis.call('HSET', key, 'state', 'canceled', 'canceled_at', stamp(now))
   redis.call('HDEL', key, 'next_at')
   redis.call('ZADD', canceled, now + retention, id)
+end
+-- unwanted(key, id, default): the run of task `id` (record `key`, <ns>:{<q>}:t:<id>, out of
+-- its structure already) ended another way than by its cancel (it failed, was handed back, its
+-- worker died or its lease expired) after an operator asked to cancel it (cancel.lua's mark,
+-- which the heartbeat had not delivered yet): it is canceled (`shelve`, in the queue's canceled
+-- set, derived from the record's key: scripts calling this name the queue's guard key), not
+-- filed for another run. Used by retry, requeue and recover; the caller checked the types (the
+-- canceled set: `claim`). Returns 'canceled'.
+local function unwanted(key, id, default)
+  shelve(key, id, string.sub(key, 1, -(#id + 3)) .. 'canceled', default, clock())
+  return 'canceled'
 end

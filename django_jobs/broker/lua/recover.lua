@@ -22,7 +22,9 @@
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  crashes after which the task is dead
 -- ARGV[3]  most tasks to recover in this call
--- Returns  a flat list: id, "pending" or "dead", id, ...; an error naming a key of KEYS[1..4]
+-- ARGV[4]  retention in seconds of a task whose message cannot be read (for `unwanted`)
+-- A task an operator asked to cancel while it ran is canceled instead (`unwanted`): "canceled".
+-- Returns  a flat list: id, "pending", "dead" or "canceled", id, ...; an error naming a key of KEYS[1..4]
 --          that has another type (nothing changed). A task whose record is not a hash is filed
 --          as dead (see `bury`); one whose record is gone goes back to pending, to be filed as
 --          dead by the worker that takes it; a wake key or limit key of another type is skipped.
@@ -45,7 +47,8 @@ if not running.err and #running > 0 then
   end
 end
 if #ids > 0 then
-  bad = wrong_type(KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset')
+  bad = wrong_type(KEYS[2], 'list', KEYS[3], 'list', KEYS[4], 'zset',
+    string.sub(ARGV[1], 1, -3) .. 'canceled', 'zset')
   if bad then
     return bad
   end
@@ -70,12 +73,16 @@ for _, id in ipairs(ids) do
     -- bump: a record written by hand with non-numeric fields must not stop the sweep
     -- half-way, with the task already out of lease and active.
     bump(key, 'epoch')
-    local limited = redis.call('HGET', key, 'limited')
-    if limited then
-      release(key, id, limited)
+    local f = redis.call('HMGET', key, 'limited', 'cancel_requested_at')
+    if f[1] then
+      release(key, id, f[1])
     end
     out[#out + 1] = id
-    out[#out + 1] = crashed(key, id, ARGV[2], 'its lease expired', KEYS[3], KEYS[4], KEYS[5])
+    if f[2] then
+      out[#out + 1] = unwanted(key, id, ARGV[4])
+    else
+      out[#out + 1] = crashed(key, id, ARGV[2], 'its lease expired', KEYS[3], KEYS[4], KEYS[5])
+    end
   end
 end
 local prefix = string.sub(ARGV[1], 1, -3)

@@ -17,11 +17,13 @@
 -- ARGV[3]  "1": count a crash; "0": a clean hand-back
 -- ARGV[4]  crashes after which the task is dead
 -- ARGV[5]  the reason, kept as the error when the task goes dead
--- Returns  "pending" or "dead"; 0 when the task is no longer this caller's: nothing changed; an
+-- ARGV[6]  retention in seconds of a task whose message cannot be read (for `unwanted`)
+-- Returns  "pending" or "dead", or "canceled" for a run an operator asked to cancel (it is not
+--          run again: `unwanted`); 0 when the task is no longer this caller's: nothing changed; an
 --          error naming a key of KEYS[1..5] that has another type (nothing changed). A run
 --          holding a concurrency slot gives it back (`release`).
 local id = ARGV[1]
-local bad, limited = claim(KEYS[1], ARGV[2], false, KEYS[2], KEYS[3], id,
+local bad, limited, marked = claim(KEYS[1], ARGV[2], false, KEYS[2], KEYS[3], id,
   KEYS[4], 'list', KEYS[5], 'zset')
 if bad then
   return bad
@@ -29,6 +31,9 @@ end
 bump(KEYS[1], 'epoch')
 if limited then
   release(KEYS[1], id, limited)
+end
+if marked then
+  return unwanted(KEYS[1], id, ARGV[6])
 end
 if ARGV[3] == '1' then
   return crashed(KEYS[1], id, ARGV[4], ARGV[5], KEYS[4], KEYS[5], KEYS[6])

@@ -17,14 +17,24 @@
 -- ARGV[6]  "1": the run counts as a spent attempt and a failure; "0": it does not (a bounce)
 -- ARGV[7]  lifetime of the day counter in seconds
 -- ARGV[8]  "1": the job type is unknown here (keep when that was first seen); "0": it is known
+-- ARGV[9]  retention in seconds of a task whose message cannot be read (for `unwanted`)
 -- Returns  1 when moved to retry (also when replayed after it applied); 0 when the task is no
 --          longer this caller's: nothing changed; an error naming a key of KEYS[1..4] that has
 --          another type (nothing changed). A run holding a concurrency slot gives it back
---          (`release`).
+--          (`release`). A run an operator asked to cancel is canceled instead, with this
+--          failure as its error (`unwanted`): it does not run again (also 1).
 local id = ARGV[1]
-local bad, limited = claim(KEYS[1], ARGV[2], 'retry', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
+local bad, limited, marked = claim(KEYS[1], ARGV[2], 'retry', KEYS[2], KEYS[3], id, KEYS[4], 'zset')
 if bad then
   return bad
+end
+if marked then
+  redis.call('HSET', KEYS[1], 'error', ARGV[4], 'traceback', ARGV[5])
+  unwanted(KEYS[1], id, ARGV[9])
+  if limited then
+    release(KEYS[1], id, limited)
+  end
+  return 1
 end
 local now = clock()
 local due = now + tonumber(ARGV[3])
