@@ -28,6 +28,11 @@ from django_jobs.broker.protocol import Delivery
 
 logger = logging.getLogger("django_jobs.broker")
 
+#: The most unsure receipts kept: through a long outage every fetch fails (most never reach
+#: Redis), and each give-back reads a queue's active list. Older ones' tasks, if any, come back
+#: when their lease expires, as they all did before receipts.
+MOST_UNSURE = 16
+
 
 class ReceiptCalls(FetchCalls):
     """`fetch` with receipts (see the module); the dequeue call takes `_receipt` as an
@@ -82,7 +87,8 @@ class ReceiptCalls(FetchCalls):
                 queues, count, own=own, before=before, lead=lead, first=first
             )
         except BaseException:
-            self._unsure = [*unsure, *self._issued]  # a give-back runs twice safely
+            # A give-back runs twice safely; the newest are kept (MOST_UNSURE).
+            self._unsure = [*unsure, *self._issued][-MOST_UNSURE:]
             raise
         finally:
             self._issued = []

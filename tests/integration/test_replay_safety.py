@@ -18,6 +18,7 @@ import pytest
 
 from django_jobs.broker.connection import connect
 from django_jobs.broker.protocol import Action, Delivery, EnqueueRequest, Verdict
+from django_jobs.broker.receipts import MOST_UNSURE
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.conf import get_settings
@@ -230,3 +231,23 @@ def test_child__stopped_after_its_wait_lost_its_reply_gives_back_what_the_wait_t
     assert redis_ns.client.lrange(f"{redis_ns.namespace}:{{default}}:pending", 0, -1) == [b"a" * 32]
     record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'a' * 32}")
     assert (record[b"state"], record[b"crashes"]) == (b"pending", b"0")
+
+
+def test_fetch__through_many_lost_replies_the_newest_unsure_receipts_are_kept(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32)])
+    for _ in range(MOST_UNSURE + 3):  # every reply lost
+        broker.client.ping()  # a connection open, whose handshake is not the reply lost
+        proxy.lose_next.set()
+        with pytest.raises(BrokerUnavailable):
+            broker.dequeue(["default"])
+
+    assert len(broker._unsure) == MOST_UNSURE
+    # The newest fetch's receipt is among those kept: its task comes back with the next fetch.
+    again = broker.dequeue(["default"])
+    assert again is not None
+    assert again.id == "a" * 32
+    assert active(redis_ns) == [b"a" * 32]
+    assert broker._unsure == []
