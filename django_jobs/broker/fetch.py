@@ -98,7 +98,8 @@ class FetchCalls(ScriptCalls):
 
         `first`: the lead queue's index to start from (an idle wait woken by that queue).
         Returns the replies of `lead` then `before` (bytes, errors as values), the tasks
-        fetched, and the error of a dequeue refused (then the tasks fetched before it).
+        fetched, and the error of a dequeue refused (then no task: those a round before took
+        are handed back, as when a round trip raises).
         """
         if len(queues) == 1:
             return self._fetch_one(queues[0], count, own=own, before=before, lead=lead)

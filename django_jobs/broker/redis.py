@@ -242,8 +242,7 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
             if failed is not None:
                 # An outcome was refused but the fetch after it ran: hand what it fetched
                 # back, or it would wait in active until its lease expires.
-                for delivery in deliveries:
-                    self.requeue(delivery, crash=False, reason="its fetch came with a refusal")
+                self.hand_back(deliveries, "its fetch came with a refusal")
                 raise failed
         return [bool(reply) for reply in replies], deliveries
 
