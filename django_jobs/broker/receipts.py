@@ -64,7 +64,7 @@ class ReceiptCalls(FetchCalls):
         return (
             "give_back",
             [k.active, k.lease, k.pending, k.wake, k.guard],
-            [k.task_prefix, receipt],
+            [k.task_prefix, receipt, self.settings.retention],
         )
 
     def fetch(

@@ -251,3 +251,20 @@ def test_fetch__through_many_lost_replies_the_newest_unsure_receipts_are_kept(
     assert again.id == "a" * 32
     assert active(redis_ns) == [b"a" * 32]
     assert broker._unsure == []
+
+
+def test_give_back__a_task_asked_to_cancel_meanwhile_is_canceled_not_handed_out_again(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    broker, proxy = proxied
+    broker.enqueue([request("a" * 32)])
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.dequeue(["default"])
+    get_broker().cancel("default", "a" * 32)  # active: marked for its run to stop
+
+    assert broker.dequeue(["default"]) is None
+
+    record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'a' * 32}")
+    assert record[b"state"] == b"canceled"
+    assert active(redis_ns) == []

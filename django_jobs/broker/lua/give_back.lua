@@ -4,8 +4,9 @@
 -- gave up on its wait): they are found by the fetch's receipt, which dequeue wrote in their
 -- records, and go back to the head of the line at once instead of waiting in active until their
 -- lease expires. No attempt and no crash is spent (the caller never started them); the epoch
--- moves on, a concurrency slot is given back (`release`). Safe to run twice: a task given back
--- is no longer active. Reads the whole active list: a rare call (after a lost reply only).
+-- moves on, a concurrency slot is given back (`release`); a task an operator asked to cancel
+-- meanwhile (cancel.lua's mark) is canceled instead (`unwanted`), as requeue does. Safe to run
+-- twice: a task given back is no longer active. Reads the whole active list: a rare call (after a lost reply only).
 --
 -- KEYS[1]  <ns>:{<q>}:active        list
 -- KEYS[2]  <ns>:{<q>}:lease         sorted set
@@ -14,9 +15,11 @@
 -- KEYS[5]  <ns>:{<q>}:guard         (keys.QueueKeys.guard: a slot on the move refuses the call)
 -- ARGV[1]  task key prefix <ns>:{<q>}:t:
 -- ARGV[2]  the receipt of the dequeue call whose reply was lost
+-- ARGV[3]  retention in seconds of a task whose message cannot be read (for `unwanted`)
 -- Returns  how many tasks went back; an error naming a key of KEYS[1..3] that has another type
 --          (nothing changed).
-local bad = wrong_type(KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'list')
+local canceled = string.sub(ARGV[1], 1, -3) .. 'canceled'  -- <ns>:{<q>}:canceled
+local bad = wrong_type(KEYS[1], 'list', KEYS[2], 'zset', KEYS[3], 'list', canceled, 'zset')
 if bad then
   return bad
 end
@@ -26,7 +29,7 @@ local given = 0
 for i = #ids, 1, -1 do
   local id = ids[i]
   local key = ARGV[1] .. id
-  local f = redis.pcall('HMGET', key, 'state', 'receipt', 'limited')
+  local f = redis.pcall('HMGET', key, 'state', 'receipt', 'limited', 'cancel_requested_at')
   if not f.err and f[1] == 'active' and f[2] == ARGV[2] then
     redis.call('LREM', KEYS[1], 1, id)
     redis.call('ZREM', KEYS[2], id)
@@ -35,7 +38,11 @@ for i = #ids, 1, -1 do
     if f[3] then
       release(key, id, f[3])
     end
-    back(key, id, KEYS[3], KEYS[4])
+    if f[4] then
+      unwanted(key, id, ARGV[3])
+    else
+      back(key, id, KEYS[3], KEYS[4])
+    end
     given = given + 1
   end
 end
