@@ -50,8 +50,8 @@ PROFILES = {
         kill_jobs=1000,
         kills=10,
         storm_kills=100,
-        term_jobs=600,
-        terms=6,
+        term_jobs=400,
+        terms=3,
         redis_rounds=1,
         restarts=1,
         freezes=1,
@@ -61,9 +61,10 @@ PROFILES = {
         supervisor_kills=3,
         outages=1,
         oom_windows=1,
-        # 20a-20c: a Sentinel setup or a Cluster of their own each, 15 to 30 s apiece: long
-        # profile only
-        skip=frozenset({"16", "20a", "20b", "20c"}),
+        # Each fault class once in CI: 3c (a Redis restart with AOF) is 12's fault too, and 3e
+        # (kill -9, fsync everysec) 3d's with a weaker guarantee. 20a-20c: a Sentinel setup or
+        # a Cluster of their own each, 15 to 30 s apiece. All in the long profile.
+        skip=frozenset({"3c", "3e", "16", "20a", "20b", "20c"}),
     ),
     "long": Profile(
         name="long",
