@@ -58,6 +58,8 @@ def scenario(broker: Any, ns: RedisNamespace) -> None:
     broker.extend_leases(fifth.queue, [(fifth.id, fifth.epoch)])
     broker.requeue(fifth, crash=True)
     broker.wait_and_fetch(["default"], 0.01)
+    broker._unsure = [("default", "a receipt whose reply was lost")]  # (broker/receipts.py)
+    broker.give_back_unsure()  # give_back
     broker.forward("default")
     (sixth,) = broker.dequeue_many(QUEUES, 1)
     ns.client.zadd(broker.keys(sixth.queue).lease, {sixth.id: 1})  # its lease expired
