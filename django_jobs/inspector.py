@@ -9,11 +9,10 @@ action is one atomic transition like any other.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 
+from django_jobs.broker import listing
 from django_jobs.broker.info import (
     Fire,
     QueueInfo,
@@ -23,6 +22,7 @@ from django_jobs.broker.info import (
     WorkerInfo,
     check_state,
 )
+from django_jobs.broker.listing import LIST_BYTES, TIME_FIELDS, TaskListing
 from django_jobs.broker.protocol import Broker, Deleted
 from django_jobs.client import get_broker
 from django_jobs.cursor import MAX_OFFSET
@@ -32,6 +32,7 @@ from django_jobs.keys import State
 from django_jobs.schedules.firing import ScheduleActions
 
 __all__ = [
+    "TIME_FIELDS",
     "Fire",
     "Inspector",
     "QueueInfo",
@@ -49,26 +50,12 @@ __all__ = [
 BATCH_SIZE = 500
 #: The largest page `tasks` serves.
 MAX_PER_PAGE = 1000
-#: Most bytes of task records one listing reads (`list_tasks` stops there and says where to go
-#: on from; `tasks` serves a shorter page). A listing reads no tracebacks and cuts errors.
-LIST_BYTES = 8 * 1024 * 1024
 
 #: The states an operator may retry a task from ("retry now", DESIGN.md section 4): a task
 #: waiting for its next attempt, or dead. The admin and the API both ask `may_retry`.
 RETRYABLE = frozenset({State.RETRY, State.DEAD})
 #: Why a task in another state was not retried, for the admin's messages and the API's 409.
 RETRY_RULE = "only dead and retrying tasks can be retried"
-
-#: The time each state's structure is ordered by, used to merge queues in `list_tasks`.
-TIME_FIELDS = {
-    State.SCHEDULED: "next_at",
-    State.PENDING: "enqueued_at",
-    State.ACTIVE: "started_at",
-    State.RETRY: "next_at",
-    State.DEAD: "died_at",
-    State.COMPLETED: "completed_at",
-    State.CANCELED: "canceled_at",
-}
 
 
 def may_retry(state: str) -> bool:
@@ -85,35 +72,6 @@ class TaskPage:
     page: int
     per_page: int
     has_next: bool
-
-
-@dataclass(frozen=True)
-class TaskListing:
-    """One answer of `list_tasks`: the tasks found, and where to go on from."""
-
-    items: list[TaskInfo]
-    #: Each unfinished queue's offset into the state, or None: nothing is left.
-    next_offsets: dict[str, int] | None
-    #: Tasks in the state in the queues listed, before any filter.
-    total: int
-    #: Task records read to answer.
-    scanned: int
-
-
-@dataclass
-class _Run:
-    """One queue's tasks in one state, read page by page from an offset."""
-
-    queue: str
-    offset: int  # index of the next task to hand out
-    read_to: int  # index after the last task read into `buffer`
-    more: bool = True  # whether the state has tasks past read_to
-    buffer: deque[TaskInfo] = field(default_factory=deque)
-
-
-def _time_key(task: TaskInfo, state: str) -> float:
-    value: datetime | None = getattr(task, TIME_FIELDS[state])
-    return value.timestamp() if value is not None else float("-inf")
 
 
 class Inspector:
@@ -224,43 +182,10 @@ class Inspector:
         records and LIST_BYTES, then stops even if the page is not full, and says where to go
         on from: `offsets` is None for the first page, else the next_offsets of the previous
         answer. Tasks entering or leaving the state between calls shift the offsets."""
-        offsets = dict.fromkeys(queues, 0) if offsets is None else offsets
-        runs = [_Run(q, offsets[q], offsets[q]) for q in queues if q in offsets]
-        found: list[TaskInfo] = []
-        scanned = spent = 0
-        while len(found) < per_page:
-            for run in runs:
-                if run.buffer or not run.more:
-                    continue
-                if scanned >= budget or spent >= LIST_BYTES:
-                    break
-                at, end = run.read_to, run.read_to + chunk - 1
-                total, ids = self.broker.state_ids(
-                    run.queue, state, at, end, newest_first=newest_first
-                )
-                rows = self.broker.task_rows(run.queue, ids, state, budget=LIST_BYTES - spent)
-                scanned += len(rows)
-                spent += sum(len(row.raw) + len(row.error or "") for row in rows)
-                run.buffer.extend(rows)
-                run.read_to += len(rows)
-                run.more = run.read_to < total and bool(rows)
-            else:
-                heads = [run for run in runs if run.buffer]
-                if not heads:
-                    break
-                pick = (max if newest_first else min)(
-                    heads, key=lambda r: _time_key(r.buffer[0], state)
-                )
-                task = pick.buffer.popleft()
-                pick.offset += 1
-                if (job is None or task.job == job) and task.key_matches(key_contains):
-                    found.append(task)
-                continue
-            break  # the budget is spent
-        left = {run.queue: run.offset for run in runs if run.buffer or run.more}
-        # One more round trip, for a total that does not depend on how far the cursor went.
-        total = sum(info.count(state) for info in self.queues() if info.name in queues)
-        return TaskListing(items=found, next_offsets=left or None, total=total, scanned=scanned)
+        return listing.list_tasks(
+            self.broker, state, queues, offsets=offsets, job=job, key_contains=key_contains,
+            per_page=per_page, newest_first=newest_first, chunk=chunk, budget=budget,
+        )  # fmt: skip
 
     # -- acting -----------------------------------------------------------------------------
 

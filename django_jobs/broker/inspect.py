@@ -46,6 +46,11 @@ from django_jobs.broker.records import (
 from django_jobs.keys import State, today, worker, workers
 
 
+def _in_message(text: str) -> str:
+    """Text as an encoded message holds it (message.encode: JSON, ensure_ascii off)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
 def _running_tasks(value: str | None) -> list[tuple[str, str]]:
     """(id, queue) of each task in a heartbeat's task list, skipping malformed entries."""
     try:
@@ -151,6 +156,24 @@ class InspectCalls(ScriptCalls):
         `budget` bytes are read, so fewer than ids may come back (at least one)."""
         return [info for info in self._infos(queue, ids, listed, ROW, budget) if info is not None]
 
+    def task_matches(
+        self,
+        queue: str,
+        ids: Sequence[str],
+        listed: str,
+        *,
+        job: str | None = None,
+        text: str = "",
+        budget: int | None = None,
+    ) -> list[TaskInfo | None]:
+        """As `task_rows`, for a filter: the tasks of job `job` (its exact name) whose message
+        holds `text`, decided in Redis (what does not match leaves nothing of it but a mark).
+        One per id read, in order (fewer than ids once about `budget` bytes are read), None
+        for each that does not match. A match of `text` may be anywhere in the message: the
+        caller checks where (`TaskInfo.key_matches`)."""
+        match = (_in_message(job or ""), _in_message(text))
+        return self._infos(queue, ids, listed, ROW, budget, match)
+
     def _infos(
         self,
         queue: str,
@@ -158,13 +181,14 @@ class InspectCalls(ScriptCalls):
         listed: str,
         view: tuple[tuple[str, int], ...],
         budget: int | None,
+        match: tuple[str, str] = ("", ""),
     ) -> list[TaskInfo | None]:
         if not ids:
             return []
         k = self.keys(queue)
         large = [(name, self._limit(name, limit)) for name, limit in view]
         limits = [*((name, SMALL_LIMIT) for name in SMALL), *large]
-        head = [SMALL_LIMIT, len(SMALL), *SMALL, *(x for pair in large for x in pair)]
+        head = [SMALL_LIMIT, *match, len(SMALL), *SMALL, *(x for pair in large for x in pair)]
         left = budget if budget is not None else 2**62
         reply: list[Any] = []
         for start in range(0, len(ids), READ_BATCH):
@@ -191,6 +215,8 @@ class InspectCalls(ScriptCalls):
             elif isinstance(row, list):
                 fields, cut, msg = fields_of(limits, row)
                 infos.append(task_info(queue, task_id, fields, listed, cut, msg))
+            elif row == 1:  # not a match of the filter
+                infos.append(None)
             else:  # no such key: an id listed without its record (an eviction?), or none
                 gone += [] if listed else [len(infos)]
                 infos.append(orphan(queue, task_id, listed) if listed else None)

@@ -244,6 +244,17 @@ class Broker(Protocol):
         self, queue: str, ids: Sequence[str], listed: str, *, budget: int | None = None
     ) -> list[TaskInfo]: ...
 
+    def task_matches(
+        self,
+        queue: str,
+        ids: Sequence[str],
+        listed: str,
+        *,
+        job: str | None = None,
+        text: str = "",
+        budget: int | None = None,
+    ) -> list[TaskInfo | None]: ...
+
     def task_state(self, queue: str, task_id: str) -> str | None: ...
 
     def workers(self) -> list[WorkerInfo]: ...

@@ -53,14 +53,18 @@ def api() -> APIClient:
     return client
 
 
-def write_dead(redis: Any, count: int, traceback: int, *, queue: str = "default") -> list[str]:
-    """Dead tasks as the worker leaves them, each with a traceback of `traceback` bytes."""
+def write_dead(
+    redis: Any, count: int, traceback: int, *, queue: str = "default", pad: int = 0,
+    job: Any = lambda i: "app.Send",
+) -> list[str]:  # fmt: skip
+    """Dead tasks as the worker leaves them, each with a traceback of `traceback` bytes and a
+    payload of about `pad` bytes more; `job(i)` names the i-th one's job."""
     pipe = redis.pipeline(transaction=False)
     ids = [f"{i:032x}" for i in range(count)]
     for i, task_id in enumerate(ids):
         msg = encode(
-            Message(task_id, "app.Send", queue, {"to": f"u{i}@example.com"}, 5, 300, 86400,
-                    f"welcome:{i}")
+            Message(task_id, job(i), queue, {"to": f"u{i}@example.com", "pad": "p" * pad}, 5,
+                    300, 86400, f"welcome:{i}")
         )  # fmt: skip
         pipe.hset(
             f"t:{{{queue}}}:t:{task_id}",
@@ -115,6 +119,42 @@ def test_reads__the_api_listing_with_a_job_filter_reads_no_traceback(
     report("API /failed?job=app.Other", sent, seconds, response)
     assert response.status_code == 200
     assert sent < DEAD * TRACEBACK / 20
+
+
+#: Dead tasks with a payload of about PAD bytes (60 MB in all): what a filter must not read.
+MANY, PAD = 2000, 30_000
+
+
+@pytest.mark.parametrize(
+    ("where", "query"),
+    [("admin", {"job": "app.Other"}), ("admin", {"q": "nothing-like-it"}),
+     ("API", {"job": "app.Other"})],
+    ids=["admin job filter", "admin key search", "API job filter"],
+)  # fmt: skip
+def test_reads__a_filter_moves_only_what_matches_whatever_the_records_hold(
+    redis: Any, staff: Client, api: APIClient, where: str, query: dict[str, str]
+) -> None:
+    write_dead(redis, MANY, 0, pad=PAD)
+    client = staff if where == "admin" else api
+    url = TASKS if where == "admin" else f"{API}/failed"
+
+    response, sent, seconds = cost(redis, lambda: client.get(url, {"state": "dead", **query}))
+
+    report(f"{where} {query} over {MANY} dead tasks of {PAD:,} bytes", sent, seconds, response)
+    assert response.status_code == 200
+    assert sent < MB  # the records hold 60 MB; the listing's byte budget alone allows 8 MB
+
+
+def test_reads__a_job_filter_finds_the_few_among_many(redis: Any, api: APIClient) -> None:
+    ids = write_dead(redis, MANY, 0, pad=1000, job=lambda i: "app.Other" if i % 400 == 7 else "x")
+
+    found, url = [], f"{API}/failed?job=app.Other&per_page=50"
+    while url:  # a client follows `next` (a request visits a bounded number of records)
+        page = api.get(url).json()
+        found += [t["id"] for t in page["results"]]
+        url = page["next"]
+
+    assert found == [ids[i] for i in range(MANY - 1, -1, -1) if i % 400 == 7]
 
 
 HUGE = 20 * MB
