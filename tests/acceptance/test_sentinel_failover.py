@@ -11,7 +11,6 @@ an enqueue acknowledged is never lost; without, it may be (counted, not asserted
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 import uuid
@@ -27,7 +26,7 @@ from django_jobs.worker.loop import JITTER, MOST
 from testproject.probes.jobs import Sleep, Work
 from tests.acceptance.conftest import Worker
 from tests.conftest import wait_until
-from tests.sentinel import SentinelSetup, sentinel_setup  # noqa: F401 (the fixture)
+from tests.sentinel import UNGUARDED, SentinelSetup, sentinel_setup  # noqa: F401 (the fixture)
 
 #: Tasks enqueued before the failover, during it (the old primary not yet demoted), after it.
 BEFORE, DURING, AFTER = 150, 100, 50
@@ -35,14 +34,6 @@ BEFORE, DURING, AFTER = 150, 100, 50
 #: worker child's longest back-off (worker.loop.MOST, 5 s, plus its jitter), or a child still
 #: waiting out its back-off from the refusals (NOREPLICAS) counts its tasks as lost.
 STALL = MOST * (1 + JITTER) + 2
-
-
-#: The unguarded run shows what is lost without min-replicas-to-write (docs/scale-redis.rst); it
-#: waits out the same demotion (about 15 s), so it runs only when asked.
-UNGUARDED = pytest.mark.skipif(
-    not os.environ.get("JOBS_SENTINEL_UNGUARDED"),
-    reason="set JOBS_SENTINEL_UNGUARDED=1 to measure a failover without min-replicas-to-write",
-)
 
 
 @pytest.mark.parametrize(

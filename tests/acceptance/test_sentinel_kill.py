@@ -9,7 +9,8 @@ JOBS["REPLICA_ACKS"] = 1 nothing acknowledged is lost (asserted); without, what 
 not received is gone (counted and printed, not asserted: the documented risk). A second
 replica, chained to the first, lets the promoted one confirm enqueues at once.
 
-Run with -s to see the table docs/scale.rst quotes.
+Run with -s to see the table docs/scale.rst quotes (the run without REPLICA_ACKS with
+JOBS_SENTINEL_UNGUARDED=1: CI runs the guarded one).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from testproject.probes.jobs import Chaos, ChaosWork
 from tests.acceptance.conftest import Worker
 from tests.chaos.checker import Ledger, Log
 from tests.conftest import wait_until
-from tests.sentinel import SentinelSetup, sentinel_setup  # noqa: F401 (the fixture)
+from tests.sentinel import UNGUARDED, SentinelSetup, sentinel_setup  # noqa: F401 (the fixture)
 
 #: Seconds the replica lags behind the primary.
 LAG = 0.05
@@ -85,7 +86,12 @@ class Producers:
 
 @pytest.mark.parametrize(
     ("sentinel_setup", "acks"),
-    [({"lag": LAG, "chained": True}, 1), ({"lag": LAG, "chained": True}, 0)],
+    [
+        ({"lag": LAG, "chained": True}, 1),
+        # what is lost without REPLICA_ACKS, measured (not asserted) only when asked; chaos
+        # scenario 20b (long profile) runs it too
+        pytest.param({"lag": LAG, "chained": True}, 0, marks=UNGUARDED),
+    ],
     indirect=["sentinel_setup"],
     ids=["replica-acks-1", "replica-acks-0"],
 )
