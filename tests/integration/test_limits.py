@@ -327,3 +327,52 @@ def test_unlimited_job__costs_no_redis_command_more_with_limits_on(
     with_limits = commands(dequeue_args(registry.limits()))
 
     assert with_limits == without
+
+
+def test_concurrency__a_late_heartbeat_keeps_the_slot_of_the_run_it_renews(
+    redis_ns: RedisNamespace,
+) -> None:
+    # A worker stalled past its run's lease deadline, and a dequeue pruned its slot and gave
+    # it to another task before any recoverer took the run; then its heartbeat renewed the
+    # lease, and the run goes on: it must hold a slot again, else the job type runs over its
+    # concurrency_limit and the accounting forgets that run.
+    broker = limited_broker()
+    enqueue(Capped, 3)  # concurrency_limit = 2: the third is parked
+    first, second = fetch(broker)
+    k = keys(redis_ns)
+    lapse(redis_ns, k.lease, first.id)
+    lapse(redis_ns, k.running("limits.Capped"), first.id)
+    (fourth,) = enqueue(Capped, 1, start=3)
+    assert [d.id for d in fetch(broker)] == [fourth]  # took first's pruned slot
+
+    assert broker.renew_leases("default", [(first.id, first.epoch)]).lost == []
+
+    assert running(redis_ns, "limits.Capped") == sorted([first.id, second.id, fourth])
+    assert fetch(broker) == []  # full: 3 holders under a limit of 2, nothing more starts
+    assert broker.ack(first, 60)  # its end gives its slot back, as every end does
+    assert running(redis_ns, "limits.Capped") == sorted([second.id, fourth])
+
+
+def test_rate__a_booking_refused_by_a_wrong_scheduled_key_changes_nothing(
+    redis_ns: RedisNamespace,
+) -> None:
+    # dequeue books a task over its rate in a later window, filed in the scheduled set: a
+    # scheduled key of another type leaves the task pending (the queue skipped, with a warning)
+    # and must leave no booking written, or every later dequeue books once more.
+    broker = limited_broker()
+    k = keys(redis_ns)
+    for _ in range(3):  # a second turning between the enqueues and the fetch starts it again
+        redis_ns.cleanup()
+        window = window_of(redis_ns, 1)
+        paced = enqueue(Paced, 3)  # "2/s": the third is over the rate
+        taken = fetch(broker, 2)
+        redis_ns.client.set(k.scheduled, "by hand")
+        before = redis_ns.client.hgetall(k.rate("limits.Paced"))
+        later = [fetch(broker, 1) for _ in range(3)]
+        if window_of(redis_ns, 1) == window:
+            break
+    assert len(taken) == 2
+    assert later == [[], [], []]
+
+    assert redis_ns.client.hgetall(k.rate("limits.Paced")) == before
+    assert record(redis_ns, paced[2])["state"] == "pending"

@@ -118,6 +118,13 @@ local function admit(prefix, id, job, limit, booked)
       end
       redis.call('HSET', rate, 'window', window, 'started', started + 1, 'booked', bn)
     else
+      -- The booking is filed in the scheduled set: one of another type refuses it before the
+      -- rate hash is written (nothing half-applied).
+      local scheduled = prefix .. 'scheduled'
+      local kind = redis.call('TYPE', scheduled).ok
+      if kind ~= 'none' and kind ~= 'zset' then
+        return 'broken', scheduled, 'zset'
+      end
       if bw <= window then
         bw, bn = window + 1, 0
       end

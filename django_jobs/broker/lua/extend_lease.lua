@@ -18,7 +18,9 @@
 --          cancel.lua): the worker interrupts them with JobCanceled.
 --          An error names KEYS[1] if it is not a sorted set (nothing changed).
 -- A run holding a slot of its job type's concurrency_limit (its record's `limited`: see
--- dequeue.lua) has that slot's lease renewed with its own.
+-- dequeue.lua) has that slot's lease renewed with its own, and takes it again if a dequeue
+-- pruned it meanwhile (the worker stalled past its deadline, but no recoverer took the run: it
+-- goes on, and must be counted; the script that ends it gives the slot back, as every end).
 local deadline = clock() + tonumber(ARGV[2])
 local lost = {}
 local canceled = {}
@@ -38,7 +40,7 @@ for i = 3, #ARGV, 2 do
     if score then
       redis.call('ZADD', KEYS[1], 'XX', deadline, id)
       if f[3] then
-        redis.pcall('ZADD', string.sub(ARGV[1], 1, -3) .. 'running:' .. f[3], 'XX', deadline, id)
+        redis.pcall('ZADD', string.sub(ARGV[1], 1, -3) .. 'running:' .. f[3], deadline, id)
       end
       if f[2] then
         canceled[#canceled + 1] = id
