@@ -115,10 +115,11 @@ class QueueKeys:
     @cached_property
     def guard(self) -> str:
         """A key never written, named by the scripts that build keys inside Lua (the records
-        of forward, recover, extend_lease and janitor, the limit keys of ack, retry, kill and
-        requeue), so that a Redis Cluster node moving this queue's slot refuses them (TRYAGAIN)
-        before they start, rather than stop them half-way at a key already moved
-        (broker/cluster.py; dequeue names `paused`, which exists only while it does nothing)."""
+        of forward, recover, extend_lease and janitor, the limit keys of ack, retry, kill,
+        requeue and end_canceled, the canceled set of retry, requeue and recover), so that a
+        Redis Cluster node moving this queue's slot refuses them (TRYAGAIN) before they start,
+        rather than stop them half-way at a key already moved (broker/cluster.py; dequeue
+        names `paused`, which exists only while it does nothing)."""
         return f"{self.prefix}:guard"
 
     @cached_property

@@ -52,7 +52,7 @@ class CancelCalls(ScriptCalls):
     def _cancel_call(self, verdict: Verdict) -> tuple[str, list[str], list[Any]]:
         """end_canceled's keys and arguments for a verdict (RedisBroker._verdict_call's)."""
         k = self.keys(verdict.queue)
-        keys = [k.task(verdict.task_id), k.active, k.lease, k.canceled]
+        keys = [k.task(verdict.task_id), k.active, k.lease, k.canceled, k.guard]
         args = [verdict.task_id, verdict.epoch, self.settings.retention, verdict.error,
                 verdict.traceback]  # fmt: skip
         return "end_canceled", keys, args

@@ -1068,6 +1068,21 @@ def test_recover__expired_leases_back_to_pending_or_dead(redis_ns: RedisNamespac
     assert (delivery.id, delivery.attempts, delivery.crashes) == ("a", 1, 1)
 
 
+def test_recover__finds_an_old_id_without_a_lease_behind_many_running(
+    redis_ns: RedisNamespace,
+) -> None:
+    # Active has the newest run at its head: with more running than one call looks at, an
+    # old id whose lease is gone (evicted, edited by hand) must still be found, not left in
+    # active for ever.
+    broker = get_broker()
+    broker.enqueue([request(f"t{n}") for n in range(5)])
+    fetched = broker.dequeue_many(["default"], 5)
+    assert [d.id for d in fetched] == [f"t{n}" for n in range(5)]
+    redis_ns.client.zrem(broker.keys("default").lease, "t0")  # the oldest run
+
+    assert broker.recover("default", limit=2) == [("t0", "pending")]
+
+
 def test_recover__late_outcomes_after_a_real_lease_expiry_change_nothing(
     redis_ns: RedisNamespace, settings: Any
 ) -> None:

@@ -57,3 +57,21 @@ def test_script_sources__compose_the_pieces_they_call(script: str, pieces: set[s
 def test_prelude__every_piece_has_its_contract_comment() -> None:
     for name, text in scripts.HELPERS.items():
         assert f"\n-- {name}(" in f"\n{text}", name
+
+
+#: A script building keys inside Lua: a helper that does (the limit keys, the canceled set),
+#: or a key made of the task prefix and an id, or of the queue's prefix.
+BUILDS_KEYS = re.compile(r"\b(?:release|unpark|unwanted)\(|ARGV\[\d\] \.\. \w+|prefix \.\. '")
+
+
+def test_script_bodies__one_that_builds_keys_in_lua_names_the_queues_guard_key() -> None:
+    # On a Redis Cluster only the keys a script names make a node moving the slot refuse it
+    # (TRYAGAIN) before it starts (keys.QueueKeys.guard); a key built in Lua is found moved
+    # half-way. dequeue names the queue's paused key instead, for the same end.
+    unguarded = [
+        name
+        for name, body in bodies().items()
+        if BUILDS_KEYS.search(body) and ":guard" not in body and name != "dequeue"
+    ]
+
+    assert unguarded == []

@@ -8,6 +8,9 @@
 -- KEYS[2]  <ns>:{<q>}:active        list
 -- KEYS[3]  <ns>:{<q>}:lease         sorted set
 -- KEYS[4]  <ns>:{<q>}:canceled      sorted set, score = expires at
+-- KEYS[5]  <ns>:{<q>}:guard         never exists, never read: on a Redis Cluster, a node moving
+--                                   the slot refuses the call (TRYAGAIN) before it starts
+--                                   (keys.QueueKeys.guard; `release` builds the limit keys)
 -- ARGV[1]  task id
 -- ARGV[2]  epoch the caller was given by dequeue
 -- ARGV[3]  retention in seconds of a task whose message cannot be read

@@ -36,8 +36,10 @@ if not ids then
 end
 -- An id in active without a lease (the lease set evicted by Redis, or edited by hand) would
 -- never be recovered: it counts as expired. Every script that moves an id to active writes its
--- lease in the same call, so no run in progress is taken for one.
-local running = redis.pcall('LRANGE', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+-- lease in the same call, so no run in progress is taken for one. Looked for among the oldest
+-- runs, at the tail of active (dequeue puts each new one at its head): with more running than
+-- a call looks at, an old one is found all the same.
+local running = redis.pcall('LRANGE', KEYS[2], -tonumber(ARGV[3]), -1)
 if not running.err and #running > 0 then
   local leased = redis.call('ZMSCORE', KEYS[1], unpack(running))
   for i, id in ipairs(running) do
