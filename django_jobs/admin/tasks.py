@@ -3,8 +3,9 @@
 The list shows every queue at once by default, merged on the state's time as the API's
 `/failed` does (the Inspector's task listing, paged by its cursor); the queue is a filter and a
 column. One queue without a filter is paged by number. Filtering by job or searching by
-idempotency key cannot use an index (Redis holds none), so it reads at most SCAN_LIMIT tasks per
-request, and offers to search further; the key column then shows the part that matched.
+idempotency key cannot use an index (Redis holds none): it visits at most SCAN_LIMIT tasks per
+request, what matches decided in Redis, and offers to search further; the key column then shows
+the part that matched.
 Searching by id looks the task up directly in every queue. Deleting many tasks first shows a
 confirmation page that says how many.
 """

@@ -1,10 +1,11 @@
 """The API's paging of the Inspector's task listing (`Inspector.list_tasks`): its cursor and
 its scan budget.
 
-- A job filter is applied to what was read. A request reads at most `SCAN_LIMIT` task records
-  (or enough for one page of every queue, if that is more), then stops, even if the page is
-  not full: the answer holds the matches found so far and a cursor to go on from. A page can
-  therefore be short or empty while `next` is set; a client follows `next` until it is null.
+- A job filter is decided in Redis (read_fields.lua: a record that does not match leaves a
+  mark, not itself). A request visits at most `SCAN_LIMIT` task records (or enough for one page
+  of every queue, if that is more), then stops, even if the page is not full: the answer holds
+  the matches found so far and a cursor to go on from. A page can therefore be short or empty
+  while `next` is set; a client follows `next` until it is null.
 - The cursor is each queue's offset into its state, opaque (base64 JSON) to clients
   (django_jobs.cursor, shared with the admin's links).
 """
