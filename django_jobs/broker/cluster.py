@@ -238,7 +238,7 @@ class ClusterWire:
                 self._drop(node, conn, own)
                 raise
             sent.append((node, conn, indexes))
-        for node, conn, indexes in sent:
+        for at, (node, conn, indexes) in enumerate(sent):
             try:
                 for index in indexes:
                     if index in asking:
@@ -257,8 +257,12 @@ class ClusterWire:
                     failed = failed or exc
             except BaseException:
                 # A timeout, or a signal's exception between two reads: replies may be left
-                # unread, so this connection must never be used again as it is.
-                self._drop(node, conn, own)
+                # unread, on this connection and on those of the nodes not read yet, so none
+                # of them may be used again as it is (the next call would read these replies).
+                for other, unread, _ in sent[at:]:
+                    self._drop(other, unread, own)
+                    if unread is not conn:
+                        self._give(other, unread, own)
                 raise
             finally:
                 self._give(node, conn, own)
