@@ -46,8 +46,11 @@ def _waits(broker: ScriptCalls, commands: Sequence[tuple[Any, ...]]) -> list[tup
     return [(node, *wait) for node in nodes.values()]
 
 
-def _nodes(waits: Sequence[tuple[Any, ...]]) -> list[str]:
-    return [str(wait[0].name) for wait in waits if isinstance(wait[0], ClusterNode)]
+def _targets(broker: ScriptCalls, commands: Sequence[tuple[Any, ...]]) -> list[str]:
+    """The node each command goes to by the slot map as it is (none on a single server)."""
+    if broker.wire is None:
+        return []
+    return [str(broker.wire.node(command_slot(command)).name) for command in commands]
 
 
 def replicated(
@@ -61,7 +64,8 @@ def replicated(
 
     On a Cluster a WAIT goes to each node the scripts go to, after them on the same connection.
     A script that a MOVED sent on to another node ran after that node's WAIT, if any: the map
-    has changed then, and it is all sent again once (an enqueue runs twice safely).
+    has changed for that script then (even when the nodes written to stay the same), and it is
+    all sent again once (an enqueue runs twice safely).
     """
     settings = broker.settings
     commands: list[tuple[Any, ...]] = [
@@ -69,6 +73,7 @@ def replicated(
     ]
     for attempt in (1, 2, 3):
         waits = _waits(broker, commands)
+        targets = _targets(broker, commands)
         replies = broker._round_trip([*commands, *waits], own=False)
         acked = replies[len(commands) :]
         del replies[len(commands) :]
@@ -79,7 +84,7 @@ def replicated(
             for name in forgotten:
                 broker.client.script_load(broker.scripts[name].script)
             continue
-        if _nodes(waits) == _nodes(_waits(broker, commands)) or attempt == 3:
+        if targets == _targets(broker, commands) or attempt == 3:
             break
     failed = [reply for reply in replies if isinstance(reply, ResponseError)]
     if failed:
