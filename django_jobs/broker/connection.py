@@ -9,9 +9,11 @@ knows the connection.
 - `redact` is the one way a Redis URL reaches text (the banner, logs, error messages, the
   admin's and the API's 503 pages). It lives in django_jobs.conf.redact, below the settings'
   check E003 that uses it too, and is imported here for the rest.
-- `unavailable` (errors.py, imported here for the rest) turns every redis-py error a broker
-  call can meet into `BrokerUnavailable` or `BrokerRefused`. Every call of `ScriptCalls` runs
-  inside it.
+- `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable` (no
+  answer) or `BrokerRefused` (Redis answered with an error: out of memory, a key of the wrong
+  type in our namespace, ACL, a read-only replica), in the words of errors.py: a worker backs
+  off on either, and an enqueue raises a named error instead of a raw `redis.ResponseError`.
+  Every call of `ScriptCalls` runs inside it (so it lives here, errors.py only when one failed).
 - On a Redis Cluster (`redis+cluster://`), the client is a RedisCluster and the scripts travel
   on `cluster.ClusterWire`.
 """
@@ -35,10 +37,10 @@ from redis.retry import Retry
 
 from django_jobs.broker import scripts
 from django_jobs.broker.cluster import ClusterWire, cluster_client
+from django_jobs.broker.errors import MOVING
 from django_jobs.broker.errors import NOTHING_CHANGED as NOTHING_CHANGED
 from django_jobs.broker.errors import NOTHING_ENQUEUED as NOTHING_ENQUEUED
 from django_jobs.broker.errors import refused as refused
-from django_jobs.broker.errors import unavailable as unavailable
 from django_jobs.broker.errors import wrong_key as wrong_key
 from django_jobs.broker.topology import sentinel_client
 from django_jobs.conf import JobsSettings
@@ -49,7 +51,43 @@ from django_jobs.conf.redis_url import (
     parse_cluster_url,
     parse_sentinel_url,
 )
+from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.keys import QueueKeys
+
+
+class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
+    """Turn redis-py errors into BrokerUnavailable (no answer; on a Redis Cluster also a slot on
+    the move or a failover under way) or BrokerRefused (an error reply, named by errors.py).
+
+    writes: whether the call may change something, so that a read's message does not say the
+    operation may still have been applied. A class rather than a generator: every broker call
+    enters one, the worker's hot path once per task.
+    """
+
+    __slots__ = ("outcome", "url", "writes")
+
+    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
+        self.url = url
+        self.writes = writes
+        self.outcome = outcome
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, MOVING):
+            raise BrokerUnavailable(
+                f"Redis Cluster at {self.url} is moving a slot or failing over ({exc}): that "
+                f"call did not run. Retry in a moment."
+            ) from None
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            maybe = "The operation may still have been applied. " if self.writes else ""
+            raise BrokerUnavailable(
+                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
+                f"JOBS['REDIS_URL'] points at it, then retry."
+            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
+        if isinstance(exc, ResponseError):
+            raise refused(self.url, exc, outcome=self.outcome) from None
 
 
 @sensitive_variables("url")

@@ -1,16 +1,12 @@
 """What went wrong with a Redis call, in words a user can act on (connection.py's calls).
 
-- `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable` (no
-  answer; on a Redis Cluster also a slot on the move or a failover under way), or
-  `BrokerRefused` when Redis answered with an error (out of memory, a key of the wrong type in
-  our namespace, ACL, a read-only replica): a worker backs off on either, and an enqueue raises
-  a named error instead of a raw `redis.ResponseError`. Every call of `ScriptCalls` runs in it.
 - `refused` and `wrong_key` are the BrokerRefused of one error reply, naming what to do.
+  `connection.unavailable`, the guard every broker call runs in, raises them: this module's code
+  runs only when a call failed (the guard itself runs on every call, so it lives with the wire).
 """
 
 from __future__ import annotations
 
-import redis
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -21,7 +17,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+from django_jobs.exceptions import BrokerRefused
 
 #: The error code our scripts reply with when a key has the wrong type, before any write:
 #: "WRONGKEY <its type> <the type we keep there> <key>" (the key last: it may hold spaces).
@@ -92,37 +88,3 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
         f"Redis at {url} refused the call ({text}). Retry later; if it persists, look at the "
         f"Redis server's log and configuration."
     )
-
-
-class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
-    """Turn redis-py errors into BrokerUnavailable (no answer) or BrokerRefused (an error reply).
-
-    writes: whether the call may change something, so that a read's message does not say the
-    operation may still have been applied. A class rather than a generator: every broker call
-    enters one, the worker's hot path once per task.
-    """
-
-    __slots__ = ("outcome", "url", "writes")
-
-    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
-        self.url = url
-        self.writes = writes
-        self.outcome = outcome
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, MOVING):
-            raise BrokerUnavailable(
-                f"Redis Cluster at {self.url} is moving a slot or failing over ({exc}): that "
-                f"call did not run. Retry in a moment."
-            ) from None
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            maybe = "The operation may still have been applied. " if self.writes else ""
-            raise BrokerUnavailable(
-                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
-                f"JOBS['REDIS_URL'] points at it, then retry."
-            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
-        if isinstance(exc, ResponseError):
-            raise refused(self.url, exc, outcome=self.outcome) from None
