@@ -11,11 +11,7 @@ from redis.exceptions import ResponseError
 
 from django_jobs.broker.cancel import CancelCalls
 from django_jobs.broker.cluster_wait import ClusterWait
-from django_jobs.broker.connection import (
-    NOTHING_ENQUEUED,
-    refused,
-    wrong_key,
-)
+from django_jobs.broker.connection import NOTHING_ENQUEUED, refused, wrong_key
 from django_jobs.broker.connection import connect as connect
 from django_jobs.broker.fetch import Call
 from django_jobs.broker.handoff import HandoffCalls, accepted
@@ -91,7 +87,8 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
         A batch of one queue with no idempotency keys and one due time (enqueue_many) is one
         script call; anything else is one script call per task, pipelined (a single task: one
         call). A task whose idempotency key is in another queue's slot (its job type's home
-        queue) is handed off: three round trips for the batch (broker/handoff.py).
+        queue) is handed off: three round trips for the batch (broker/handoff.py, whose code runs
+        only then, or for a duplicate key).
         """
         first = requests[0]
         if len(requests) > 1 and all(
@@ -126,10 +123,18 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
             if done:
                 outcome = f"{done} of these {len(replies)} tasks were enqueued, the rest were not"
             raise refused(self.url, failed[0], outcome=outcome) from failed[0]
-        return [
-            accepted([part.decode() for part in reply], r.queue)
-            for r, reply in zip(requests, replies, strict=True)
-        ]
+        out = []
+        for r, (status, value) in zip(requests, replies, strict=True):  # a loop: the hot path
+            if status == b"duplicate":  # "<id>" or "<id> <queue>" (handoff.py)
+                out.append(accepted([status.decode(), value.decode()], r.queue))
+            else:
+                out.append(Accepted(state=value.decode()))
+        return out
+
+    def handed_off(self, request: EnqueueRequest) -> bool:
+        """Whether a request's idempotency key is in another slot than its queue's."""
+        key = request.idempotency_key  # a prefix ends with "}": "{a}" is not one of "{ab}:..."
+        return key is not None and not key.startswith(self.keys(request.queue).prefix)
 
     # -- consuming --------------------------------------------------------------------------
 
