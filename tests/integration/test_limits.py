@@ -376,3 +376,22 @@ def test_rate__a_booking_refused_by_a_wrong_scheduled_key_changes_nothing(
 
     assert redis_ns.client.hgetall(k.rate("limits.Paced")) == before
     assert record(redis_ns, paced[2])["state"] == "pending"
+
+
+def test_rate__a_task_handed_back_gives_its_start_back(redis_ns: RedisNamespace) -> None:
+    # The strict-priority fetch (broker/fetch.py) takes from the queue it last took from, then
+    # hands back what it took there when a higher queue had a task: that task did not run, so
+    # its start must not count against its job type's rate_limit.
+    broker = limited_broker()
+    order = ("default", "low")
+    paced = Paced.enqueue(Item(0), queue="low").id
+    for n in range(2):
+        Free.enqueue(Item(n), queue="default")
+        broker._leads[order] = 1  # low was the lead: its task is taken first, then handed back
+        (got,) = broker.dequeue_many(list(order), 1)
+        assert got.queue == "default"
+    low = QueueKeys(redis_ns.namespace, "low")
+
+    assert redis_ns.client.hget(low.rate("limits.Paced"), "started") in (None, b"0")
+    assert redis_ns.client.hget(low.task(paced), "state") == b"pending"
+    assert "rated" not in {f.decode() for f in redis_ns.client.hkeys(low.task(paced))}

@@ -25,7 +25,9 @@
 --   (after those already booked: first come, first served), filed as scheduled at that window's
 --   start with `rate_booked` = the window in its record, so the forwarder brings it back then: a
 --   backlog is spread over the windows, each task scheduled once, not all retried each window.
---   A booked task starts before new ones, while its window has room.
+--   A booked task starts before new ones, while its window has room. The record of a run
+--   counted keeps `rated` (the window and the job type): a task handed back (requeue.lua,
+--   not a crash) did not run, and gives its start back while that window lasts.
 -- Neither spends an attempt, moves the epoch or holds up the tasks behind it, and nothing polls.
 -- A task of a job type not given costs no Redis call more than without limits (its job name is
 -- read from its message, which dequeue reads anyway, only when some job type is limited).
@@ -194,9 +196,18 @@ for q = 0, queues - 1 do
           if f[6] and string.match(f[6], '^%d+$') then
             epoch = tonumber(f[6]) + 1
           end
-          if limit and limit[1] > 0 then
-            redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', stamp(now),
-              'receipt', ARGV[3], 'limited', job)
+          if limit then
+            -- `limited`: the job type whose slot the run holds; `rated`: the window its start
+            -- was counted in and the job type, for a hand-back to give the start back (requeue)
+            local set = {'epoch', epoch, 'state', 'active', 'started_at', stamp(now), 'receipt',
+              ARGV[3]}
+            if limit[1] > 0 then
+              set[#set + 1], set[#set + 2] = 'limited', job
+            end
+            if limit[2] > 0 then
+              set[#set + 1], set[#set + 2] = 'rated', math.floor(now / limit[3]) .. ' ' .. job
+            end
+            redis.call('HSET', key, unpack(set))
           else
             redis.call('HSET', key, 'epoch', epoch, 'state', 'active', 'started_at', stamp(now),
               'receipt', ARGV[3])

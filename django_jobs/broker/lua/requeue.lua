@@ -21,7 +21,8 @@
 -- Returns  "pending" or "dead", or "canceled" for a run an operator asked to cancel (it is not
 --          run again: `unwanted`); 0 when the task is no longer this caller's: nothing changed; an
 --          error naming a key of KEYS[1..5] that has another type (nothing changed). A run
---          holding a concurrency slot gives it back (`release`).
+--          holding a concurrency slot gives it back (`release`), and a clean hand-back the
+--          start it was counted in its rate_limit.
 local id = ARGV[1]
 local bad, limited, marked = claim(KEYS[1], ARGV[2], false, KEYS[2], KEYS[3], id,
   KEYS[4], 'list', KEYS[5], 'zset')
@@ -29,6 +30,21 @@ if bad then
   return bad
 end
 bump(KEYS[1], 'epoch')
+-- A clean hand-back (the run did not go on: a strict-priority fetch handing back what it took
+-- out of order, a worker stopping) gives back the start its dequeue counted against its job
+-- type's rate_limit (its `rated`: see dequeue.lua), while that window is current.
+local rated = redis.call('HGET', KEYS[1], 'rated')
+if rated then
+  redis.call('HDEL', KEYS[1], 'rated')
+  local window, job = string.match(rated, '^(%d+) (.+)$')
+  if job and ARGV[3] ~= '1' then
+    local rate = string.sub(KEYS[1], 1, -(#id + 3)) .. 'rate:' .. job
+    local r = redis.pcall('HMGET', rate, 'window', 'started')
+    if not r.err and tonumber(r[1]) == tonumber(window) and (tonumber(r[2]) or 0) > 0 then
+      redis.call('HINCRBY', rate, 'started', -1)
+    end
+  end
+end
 if limited then
   release(KEYS[1], id, limited)
 end
