@@ -267,7 +267,7 @@ class ClusterWire:
             finally:
                 self._give(node, conn, own)
         if failed is not None:
-            raise failed
+            raise PartlyAnswered(failed, replies) from failed
         return again
 
     def _fragile(self, command: tuple[Any, ...]) -> bool:
@@ -292,6 +292,16 @@ class ClusterWire:
         for conn in self._own.values():
             conn.disconnect()
         self._own = {}
+
+
+class PartlyAnswered(redis.ConnectionError):
+    """A round trip whose connection to a node failed after the write, while other nodes
+    answered: their replies (bytes, errors as values; None or Unsent where none was read), so
+    the caller can act on what did run (the tasks a dequeue took, to give back: fetch.py)."""
+
+    def __init__(self, error: BaseException, replies: list[Any]) -> None:
+        super().__init__(str(error))
+        self.replies = replies
 
 
 class Unsent:

@@ -34,6 +34,7 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
+from django_jobs.broker.cluster import PartlyAnswered
 from django_jobs.broker.connection import ScriptCalls
 from django_jobs.broker.protocol import Delivery
 
@@ -149,10 +150,12 @@ class FetchCalls(ScriptCalls):
                     if isinstance(reply, NoScriptError):
                         replies = self._reload(commands, calls, replies)
                         break
-            except BaseException:
+            except BaseException as exc:
                 # Tasks taken by a round before (or handed back in this one, which may not
-                # have run) must not wait in active for their lease to expire.
-                self.hand_back([*got, *back, *stuck], FETCH_FAILED)
+                # have run), or by this round's dequeue if its node answered, must not wait in
+                # active for their lease to expire.
+                answered = self._answered(exc, queues[at], merged)
+                self.hand_back([*got, *back, *stuck, *answered], FETCH_FAILED)
                 raise
             if back:  # a hand-back refused leaves its task in active: it is tried again
                 stuck += [d for d, r in zip(back, replies[start:]) if isinstance(r, Exception)]  # noqa: B905
@@ -221,6 +224,16 @@ class FetchCalls(ScriptCalls):
                 back += bool(reply)  # 0: stale, the task is no longer this fetch's
         return back
 
+    def _answered(self, exc: BaseException, queue: str, merged: bool) -> list[Delivery]:
+        """The tasks a round trip's dequeue (its last command) took when the round trip raised
+        but the dequeue's node answered: on a Cluster, another node failed (PartlyAnswered)."""
+        if not isinstance(exc, PartlyAnswered) or not exc.replies:
+            return []
+        reply = exc.replies[-1]
+        if merged and isinstance(reply, list) and len(reply) == 2:  # ack_dequeue: {ack, tasks}
+            reply = reply[1]
+        return self._deliveries([queue], reply) if isinstance(reply, list) else []
+
     def _checks(
         self, order: tuple[str, ...], at: int, full: bool, broken: set[int]
     ) -> tuple[list[int], list[tuple[Any, ...]]]:
@@ -264,7 +277,11 @@ class FetchCalls(ScriptCalls):
         else:
             commands.append(self._command(("dequeue", keys, args)))
             names.append("dequeue")
-        replies = self._round_trip(commands, own=own, replayable=False)
+        try:
+            replies = self._round_trip(commands, own=own, replayable=False)
+        except PartlyAnswered as exc:  # another node failed (a wait's unblock, an outcome)
+            self.hand_back(self._answered(exc, queue, ack is not None), FETCH_FAILED)
+            raise
         for reply in replies:
             if isinstance(reply, NoScriptError):
                 replies = self._reload(commands, names, replies)

@@ -13,6 +13,7 @@ import pytest
 import redis
 from redis.exceptions import ResponseError
 
+from django_jobs.broker.cluster import PartlyAnswered
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.exceptions import BrokerUnavailable
@@ -93,3 +94,22 @@ def test_fetch__a_refused_hand_back_is_given_back_again(
     _fault_on(monkeypatch, broker, 2, round_1)
     assert [d.id for d in broker.dequeue_many(["a", "b"], 1)] == ["a1"]
     assert _where(redis_ns, "b", "b1") == ([], b"pending")
+
+
+@pytest.mark.parametrize("queues", [["a"], ["a", "b"]])
+def test_fetch__a_dequeue_answered_beside_a_node_that_failed_gives_its_tasks_back(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch, queues: list[str]
+) -> None:
+    # On a Cluster the round trip's commands go to several nodes: the dequeue's node answered,
+    # another failed after the write (the wire raises PartlyAnswered with what was read).
+    broker = _broker()
+    broker.enqueue([request("a1", queue="a")])
+
+    def other_node_lost(real: Callable[..., list[Any]], commands: list[Any], kw: Any) -> Any:
+        replies = real(commands, **kw)
+        raise PartlyAnswered(redis.ConnectionError("node gone"), replies)
+
+    _fault_on(monkeypatch, broker, 1, other_node_lost)
+    with pytest.raises(BrokerUnavailable):
+        broker.dequeue_many(queues, 1)
+    assert _where(redis_ns, "a", "a1") == ([], b"pending")

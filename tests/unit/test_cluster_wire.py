@@ -15,7 +15,7 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from django_jobs.broker.cluster import ClusterWire
+from django_jobs.broker.cluster import ClusterWire, PartlyAnswered
 
 CALLS = itertools.count()
 
@@ -88,3 +88,13 @@ def test_a_node_failing_mid_read_gives_every_pool_connection_back() -> None:
         wire.round_trip([("GET", "{a}:k"), ("GET", "{b}:k")], own=False)
     assert [pools["x"].out, pools["y"].out] == [0, 0]
     assert conns["y"].disconnected, "y's connection went back to its pool with a reply unread"
+
+
+def test_a_node_lost_after_the_write_raises_with_what_the_others_answered() -> None:
+    # A dequeue (not replayable) on y answered; x's connection broke: the caller is told what
+    # y answered (PartlyAnswered), so the tasks y's dequeue took can be given back.
+    conns = {"x": Conn("x", fail=redis.ConnectionError), "y": Conn("y", fail=None)}
+    wire, _ = wire_of(conns)
+    with pytest.raises(PartlyAnswered) as raised:
+        wire.round_trip([("GET", "{a}:k"), ("GET", "{b}:k")], own=True, replayable=False)
+    assert raised.value.replies[1] == f"y:call-{next(CALLS) - 1}".encode()
