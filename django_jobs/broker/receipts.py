@@ -9,11 +9,12 @@ crash by the recoverer.
 So every dequeue call carries a receipt of this process's own (a random token, new in each
 forked process, and a counter), which dequeue.lua writes in each record it hands out
 (`receipt`). A fetch that raised keeps its receipts as *unsure*; the next fetch of this broker
-gives their tasks back first, in the same round trip (give_back.lua: back to the head of
-pending, no attempt or crash spent, the epoch moved on), so its own dequeue takes them again at
-once. A stopping worker child calls `give_back_unsure` before it exits. A receipt is found
-by reading the queue's active list: the cost is on that rare call, none on the hot path but the
-receipt's bytes in the dequeue's HSET of the record.
+first gives their tasks back, in a round trip of its own (give_back.lua: back to the head of
+pending, no attempt or crash spent, the epoch moved on), so that its dequeue takes them again at
+once. That costs a round trip more, on the rare path only. A stopping worker child calls
+`give_back_unsure` before it exits. A receipt is found by reading the queue's active list: the
+cost is on that rare call, none on the hot path but the receipt's bytes in the dequeue's HSET of
+the record.
 """
 
 from __future__ import annotations
@@ -27,11 +28,6 @@ from django_jobs.broker.fetch import Call, FetchCalls
 from django_jobs.broker.protocol import Delivery
 
 logger = logging.getLogger("django_jobs.broker")
-
-#: The most unsure receipts kept: through a long outage every fetch fails (most never reach
-#: Redis), and each give-back reads a queue's active list. Older ones' tasks, if any, come back
-#: when their lease expires, as they all did before receipts.
-MOST_UNSURE = 16
 
 
 class ReceiptCalls(FetchCalls):
@@ -77,37 +73,35 @@ class ReceiptCalls(FetchCalls):
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """FetchCalls.fetch, giving back first what the fetches whose reply was lost took."""
-        unsure = self._unsure if self._receipt_pid == os.getpid() else []
-        if unsure:
-            before = [*(self._give_back_call(q, r) for q, r in unsure), *before]
+        """FetchCalls.fetch, after giving back what the fetches whose reply was lost took: in
+        a round trip of its own, so that an idle wait's BLPOP comes after it and the wake-up
+        tokens the give-back leaves end that wait at once."""
+        if self._unsure and self._receipt_pid == os.getpid():
+            self._give_back(own=own)  # raises as the fetch would, the receipts kept
         self._issued = []
         try:
-            replies, got, failed = super().fetch(
-                queues, count, own=own, before=before, lead=lead, first=first
-            )
+            return super().fetch(queues, count, own=own, before=before, lead=lead, first=first)
         except BaseException:
-            # A give-back runs twice safely; the newest are kept (MOST_UNSURE).
-            self._unsure = [*unsure, *self._issued][-MOST_UNSURE:]
+            # Only this fetch's: the receipts before were given back above (so they never pile
+            # up through an outage: a fetch that cannot reach Redis issues none).
+            self._unsure = self._issued
             raise
         finally:
             self._issued = []
-        if unsure:
-            self._unsure = []
-            given = replies[len(lead) : len(lead) + len(unsure)]
-            del replies[len(lead) : len(lead) + len(unsure)]
-            self._log_given(unsure, given)
-        return replies, got, failed
 
     def give_back_unsure(self) -> int:
         """Give back now what the fetches whose reply was lost took (a stopping child's last
         call); returns how many tasks went back. Raises BrokerUnavailable (they are then
         recovered once their lease expires)."""
-        unsure = self._unsure if self._receipt_pid == os.getpid() else []
-        if not unsure:
+        if not self._unsure or self._receipt_pid != os.getpid():
             return 0
         with self.unavailable():
-            given = self._pipeline([self._give_back_call(q, r) for q, r in unsure], errors=True)
+            return self._give_back(own=False)
+
+    def _give_back(self, *, own: bool) -> int:
+        unsure = self._unsure
+        calls = [self._give_back_call(queue, receipt) for queue, receipt in unsure]
+        given = self._pipeline(calls, own=own, errors=True)
         self._unsure = []
         return sum(self._log_given(unsure, given))
 

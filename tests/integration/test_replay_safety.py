@@ -12,13 +12,13 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterator, Sequence
 
 import pytest
 
 from django_jobs.broker.connection import connect
 from django_jobs.broker.protocol import Action, Delivery, EnqueueRequest, Verdict
-from django_jobs.broker.receipts import MOST_UNSURE
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.conf import get_settings
@@ -209,26 +209,6 @@ def test_child__stopped_after_its_wait_lost_its_reply_gives_back_what_the_wait_t
     assert (record[b"state"], record[b"crashes"]) == (b"pending", b"0")
 
 
-def test_fetch__through_many_lost_replies_the_newest_unsure_receipts_are_kept(
-    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
-) -> None:
-    broker, proxy = proxied
-    broker.enqueue([request("a" * 32)])
-    for _ in range(MOST_UNSURE + 3):  # every reply lost
-        broker.client.ping()  # a connection open, whose handshake is not the reply lost
-        proxy.lose_next.set()
-        with pytest.raises(BrokerUnavailable):
-            broker.dequeue(["default"])
-
-    assert len(broker._unsure) == MOST_UNSURE
-    # The newest fetch's receipt is among those kept: its task comes back with the next fetch.
-    again = broker.dequeue(["default"])
-    assert again is not None
-    assert again.id == "a" * 32
-    assert active(redis_ns) == [b"a" * 32]
-    assert broker._unsure == []
-
-
 def test_give_back__a_task_asked_to_cancel_meanwhile_is_canceled_not_handed_out_again(
     proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
 ) -> None:
@@ -244,3 +224,23 @@ def test_give_back__a_task_asked_to_cancel_meanwhile_is_canceled_not_handed_out_
     record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{default}}:t:{'a' * 32}")
     assert record[b"state"] == b"canceled"
     assert active(redis_ns) == []
+
+
+def test_wait_and_fetch__after_a_lost_reply_hands_out_its_task_without_waiting_for_a_token(
+    proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
+) -> None:
+    _, proxy = proxied
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    broker = RedisBroker(connect(url, 2.0, blocking=20.0), get_settings())
+    broker.enqueue([request("a" * 32)])
+    broker.settle([], ["default"], 0)
+    proxy.lose_next.set()
+    with pytest.raises(BrokerUnavailable):
+        broker.wait_and_fetch(["default"], 0.01)  # took a and its token; the reply was lost
+
+    started = time.monotonic()
+    fetched = broker.wait_and_fetch(["default"], 20.0)
+
+    # Given back before the wait, not after it: its token makes the wait return at once.
+    assert [d.id for d in fetched] == ["a" * 32]
+    assert time.monotonic() - started < 10.0
