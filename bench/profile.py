@@ -338,8 +338,11 @@ def report_spies(spies: list[Any]) -> None:
         print(f"\n  py-spy, {role}: {samples} samples; by own time:")
         for frame, n in own.most_common(10):
             print(f"    {n / samples:5.1%}  {frame}")
-        print("   by total time (the frame or what it called):")
-        for frame, n in total.most_common(14):
+        print(
+            "   by total time (the frame or what it called; the trunk every sample is in left out):"
+        )
+        branches = [(f, n) for f, n in total.most_common() if n < 0.95 * samples]
+        for frame, n in branches[:14]:
             print(f"    {n / samples:5.1%}  {frame}")
 
 
