@@ -135,6 +135,12 @@ class QueueKeys:
         """Counter of failed runs on a UTC day (YYYY-MM-DD)."""
         return f"{self.prefix}:failed:{day}"
 
+    def cancel_request(self, token: str) -> str:
+        """The state a cancel call (its token) took a task from, kept a few minutes when the
+        task's retention of 0 deleted its record, so that a replay of the call answers as the
+        call did (cancel.lua)."""
+        return f"{self.prefix}:cancel:{token}"
+
     def running(self, job: str) -> str:
         """Sorted set of the tasks of a job type with a concurrency_limit that hold a slot,
         scored by lease deadline (see dequeue.lua)."""

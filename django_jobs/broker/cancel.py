@@ -35,12 +35,17 @@ class CancelCalls(ScriptCalls):
 
     def cancel(self, queue: str, task_id: str) -> Cancellation:
         """Cancel a task of queue: see cancel.lua and CancelOutcome."""
-        k = self.keys(queue)
-        keys = [k.task(task_id), k.pending, k.scheduled, k.retry, k.canceled]
-        args = [task_id, self.settings.retention, uuid.uuid4().hex]
+        keys, args = self._cancel_keys(queue, task_id, uuid.uuid4().hex)
         what, state = (str(part) for part in self._run("cancel", keys, args))
         outcome = CancelOutcome.NOT_FOUND if what == "gone" else CancelOutcome(what)
         return Cancellation(outcome, state)
+
+    def _cancel_keys(self, queue: str, task_id: str, token: str) -> tuple[list[str], list[Any]]:
+        """cancel.lua's keys and arguments for one call (`token`: any unique string)."""
+        k = self.keys(queue)
+        keys = [k.task(task_id), k.pending, k.scheduled, k.retry, k.canceled,
+                k.cancel_request(token)]  # fmt: skip
+        return keys, [task_id, self.settings.retention, token]
 
     def end_canceled(self, delivery: Delivery, error: str, traceback: str) -> bool:
         """File a run that stopped for its cancel as canceled; False if the delivery is stale."""

@@ -131,16 +131,34 @@ def test_cancel__a_replay_of_the_same_call_answers_as_the_call_did(
     # redis-py sends a timed-out command again: the second run must not answer "finished".
     put(redis_ns, task("a", "pending"))
     broker = get_broker()
-    k = broker.keys("default")
-    keys = [k.task("a"), k.pending, k.scheduled, k.retry, k.canceled]
-    args = ["a", DAY, "token-1"]
+    keys, args = broker._cancel_keys("default", "a", "token-1")
 
     first = broker._run("cancel", keys, args)
     after = snapshot(redis_ns)
 
     assert broker._run("cancel", keys, args) == first == ["canceled", "pending"]
     assert snapshot(redis_ns) == after
-    assert broker._run("cancel", keys, ["a", DAY, "token-2"]) == ["finished", "canceled"]
+    assert broker._run("cancel", *broker._cancel_keys("default", "a", "token-2")) == [
+        "finished",
+        "canceled",
+    ]
+
+
+def test_cancel__a_replay_answers_canceled_when_retention_0_deleted_the_record(
+    redis_ns: RedisNamespace,
+) -> None:
+    # redis-py sends a timed-out cancel again: the first run deleted the record (retention 0),
+    # and the replay must not report "not found" for the task it did cancel.
+    from tests.integration.test_inspector import Noop, Note
+
+    gone = Noop.enqueue(Note("gone"), delay=3600, retention=0)
+    broker = get_broker()
+    keys, args = broker._cancel_keys("default", gone.id, "token-1")
+
+    first = broker._run("cancel", keys, args)
+    assert broker._run("cancel", keys, args) == first == ["canceled", "scheduled"]
+    other = broker._cancel_keys("default", gone.id, "token-2")
+    assert broker._run("cancel", *other) == ["gone", ""]  # another call: nothing there
 
 
 def test_cancel__keeps_the_jobs_retention_or_deletes_with_retention_0(

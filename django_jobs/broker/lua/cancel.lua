@@ -12,6 +12,9 @@
 -- KEYS[3]  <ns>:{<q>}:scheduled     sorted set
 -- KEYS[4]  <ns>:{<q>}:retry         sorted set
 -- KEYS[5]  <ns>:{<q>}:canceled      sorted set, score = expires at
+-- KEYS[6]  <ns>:{<q>}:cancel:<token> string: the state this call took the task from, kept 10
+--                                   minutes when a retention of 0 deleted the record (a replay
+--                                   finds no record: it answers from this)
 -- ARGV[1]  task id
 -- ARGV[2]  retention in seconds of a task whose message cannot be read
 -- ARGV[3]  this request's token (any unique string): a replay of the same call answers as the
@@ -23,7 +26,7 @@
 --          record (or it has no state); an error naming a key of KEYS that has another type
 --          (nothing changed).
 local bad = wrong_type(KEYS[1], 'hash', KEYS[2], 'list', KEYS[3], 'zset', KEYS[4], 'zset',
-  KEYS[5], 'zset')
+  KEYS[5], 'zset', KEYS[6], 'string')
 if bad then
   return bad
 end
@@ -31,6 +34,10 @@ local id = ARGV[1]
 local f = redis.call('HMGET', KEYS[1], 'state', 'cancel_request', 'canceled_from')
 local state = f[1]
 if not state then
+  local was = redis.call('GET', KEYS[6])
+  if was then
+    return {'canceled', was}  -- a replay of this very call, whose retention of 0 deleted it
+  end
   return {'gone', ''}
 end
 if state == 'canceled' and f[2] == ARGV[3] and f[3] then
@@ -55,4 +62,7 @@ local now = clock()
 redis.call('HSET', KEYS[1], 'cancel_requested_at', stamp(now), 'cancel_request', ARGV[3],
   'canceled_from', state)
 shelve(KEYS[1], id, KEYS[5], ARGV[2], now)
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('SET', KEYS[6], state, 'PX', 600000)
+end
 return {'canceled', state}
