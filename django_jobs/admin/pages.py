@@ -15,6 +15,7 @@ reach Redis. Each page costs a fixed number of round trips.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable
 from functools import wraps
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,8 @@ else:
     ModelAdmin = admin.ModelAdmin
 
 DISABLED = "jobs are disabled (REDIS_URL is not set)"
+#: One line per change asked of the admin or the API: who, what, and what came of it.
+audit = logging.getLogger("django_jobs.audit")
 
 #: What a change view hands back: a message level and the message.
 Notice = tuple[int, str]
@@ -113,6 +116,22 @@ def not_found(queue: str, task_id: str) -> Http404:
     return Http404(f"Task {task_id} is not in queue {queue} (any more).")
 
 
+def _audited(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A view whose refusal of a change (a POST without the permission) the audit logger says."""
+
+    @wraps(view)
+    def run(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except PermissionDenied:
+            if request.method == "POST":
+                audit.info("admin POST %r by %r: refused, no permission", request.path,
+                           request.user.get_username())  # fmt: skip
+            raise
+
+    return run
+
+
 class JobsAdmin(ModelAdmin):
     """A page of the Jobs section: Task's permissions, no database, everything via the Inspector."""
 
@@ -135,7 +154,7 @@ class JobsAdmin(ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         prefix = f"django_jobs_{self.opts.model_name}"
         return [
-            path(route, self.admin_site.admin_view(view), name=f"{prefix}_{name}")
+            path(route, self.admin_site.admin_view(_audited(view)), name=f"{prefix}_{name}")
             for route, view, name in self.routes()
         ]
 
@@ -186,7 +205,8 @@ class JobsAdmin(ModelAdmin):
         change: Callable[[Inspector], Notice],
         then: str,
     ) -> HttpResponse:
-        """Make one change (POST only), report it as a message and redirect to then."""
+        """Make one change (POST only), report it as a message and redirect to then; say on
+        the audit logger who asked for what, and what came of it."""
         if not allowed:
             raise PermissionDenied
         if request.method != "POST":
@@ -199,6 +219,7 @@ class JobsAdmin(ModelAdmin):
             level, text = messages.ERROR, outage(exc)
         except TaskRunning as exc:
             level, text = messages.ERROR, str(exc)
+        audit.info("admin POST %r by %r: %r", request.path, request.user.get_username(), text)
         self.message_user(request, text, level)
         return HttpResponseRedirect(then)
 

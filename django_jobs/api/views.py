@@ -21,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from django_jobs.api import limits, listing, permissions
+from django_jobs.api import audit, limits, listing, permissions
 from django_jobs.api.serializers import (
     VALIDATION_ERROR,
     ConflictSerializer,
@@ -105,7 +105,7 @@ NOT_FOUND = OpenApiResponse(ErrorSerializer, "No such task (or queue).")
 # -- views ----------------------------------------------------------------------------------
 
 
-class JobsAPIView(limits.Limited):
+class JobsAPIView(audit.Audited):
     """Base of every view: who may call, and how jobs errors become HTTP errors."""
 
     #: The action of each handler, by method name: the Task permission it needs.
