@@ -126,6 +126,9 @@ class Child:
         self._interrupted: tuple[str, str] | None = None
         #: The run JobCanceled was raised in (id, epoch): raised once per run.
         self._canceled: tuple[str, str] | None = None
+        #: LOST_SIGNAL came while no handler was armed (the supervisor sends it once): looked
+        #: at again as the next handler is armed.
+        self._missed = False
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         # From the supervisor: finish the task at hand (if any), write it, and exit.
@@ -139,6 +142,9 @@ class Child:
 
     def _on_lost(self, signum: int, frame: FrameType | None) -> None:
         # From the supervisor, after it marked the run lost or canceled: interrupt only that run.
+        if not self.armed:
+            self._missed = True
+            return
         error = self.interruption()
         if error is not None:
             raise error
@@ -273,6 +279,12 @@ class Child:
 
     def __enter__(self) -> None:
         self.armed = self._timeout
+        if self._missed:  # signalled before it was armed (waiting for a stale run, say)
+            self._missed = False
+            error = self.interruption()
+            if error is not None:
+                self.armed = 0.0
+                raise error
         signal.setitimer(signal.ITIMER_REAL, self._timeout)
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:

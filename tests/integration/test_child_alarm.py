@@ -16,8 +16,8 @@ import pytest
 
 from django_jobs.client import get_broker
 from django_jobs.jobs import Job
-from django_jobs.worker.child import Child
-from django_jobs.worker.slots import SlotTable
+from django_jobs.worker.child import LOST_SIGNAL, Child
+from django_jobs.worker.slots import Running, SlotTable
 from tests.conftest import RedisNamespace
 
 SIGNALS = (signal.SIGALRM, signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
@@ -65,3 +65,43 @@ def test_child__a_job_that_replaces_the_alarm_handler_does_not_disarm_the_next_t
 
     assert child.done == 2
     assert seen == [child._alarm_handler]
+
+
+ran: list[int] = []
+
+
+class CancelProbe(Job[Step]):
+    name = "tests.CancelProbe"
+
+    def run(self, payload: Step) -> None:
+        ran.append(1)
+
+
+class CanceledAsItStarts(SlotTable):
+    """The supervisor marks the run canceled and signals the child the moment the child
+    publishes it, before its handler's alarm is armed (as while it waits for a stale run)."""
+
+    def set(self, index: int, running: Running) -> None:
+        super().set(index, running)
+        self.mark_canceled(index, running)
+        os.kill(os.getpid(), LOST_SIGNAL)
+
+
+@pytest.mark.usefixtures("restored_signals")
+@pytest.mark.django_db(transaction=True)
+def test_child__a_cancel_signalled_before_the_handler_is_armed_is_not_dropped(
+    redis_ns: RedisNamespace, settings: Any
+) -> None:
+    # The supervisor signals a cancel once: a signal that came while no alarm was armed must
+    # still interrupt the run with JobCanceled as it starts, not leave it running until the
+    # kill after CANCEL_GRACE.
+    settings.JOBS = {**settings.JOBS, "MAX_TASKS_PER_CHILD": 1}
+    ran.clear()
+    task = CancelProbe.enqueue(Step(replace=False))
+
+    child = Child(get_broker(), ["default"], CanceledAsItStarts(1), 0, os.getppid())
+    child.run()
+
+    assert ran == []
+    key = f"{redis_ns.namespace}:{{default}}:t:{task.id}"
+    assert redis_ns.client.hget(key, "state") == b"canceled"
