@@ -55,10 +55,10 @@ class Janitor(Component):
         backlog = self.prune()
         self.interval = CATCH_UP if backlog else self.broker.settings.janitor_interval
         if self.clock() >= self.redis_due:
+            self.report_evictions()  # first: a read, answered under maxmemory too
             for queue in self.queues:
                 while self.broker.janitor(queue, BATCH) >= BATCH:
                     pass
-            self.report_evictions()
             self.redis_due = self.clock() + self.broker.settings.janitor_interval
 
     def report_evictions(self) -> None:
