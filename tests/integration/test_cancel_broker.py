@@ -276,3 +276,20 @@ def test_cancel__a_run_asked_to_cancel_that_ends_otherwise_is_canceled_not_run_a
     assert snap[t("a")][1]["state"] == "canceled"
     assert snap[q("canceled")] == ("zset", [("a", f"now+{DAY}")])
     assert set(snap) - {q("wake")} == {t("a"), q("canceled")}, snap  # the enqueue's token
+
+
+def test_retry__a_replay_after_the_run_was_canceled_instead_answers_written(
+    redis_ns: RedisNamespace,
+) -> None:
+    # redis-py sends a timed-out retry again: the first filed the run as canceled (it was asked
+    # to cancel); the replay must answer as it did, not "no longer yours".
+    broker = get_broker()
+    broker.enqueue([request("a")])
+    (delivery,) = broker.dequeue_many(["default"], 1)
+    broker.cancel("default", "a")
+
+    assert broker.retry(delivery, 0, "Boom", "") is True
+    after = snapshot(redis_ns)
+    assert broker.retry(delivery, 0, "Boom", "") is True
+
+    assert snapshot(redis_ns) == after

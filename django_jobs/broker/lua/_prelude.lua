@@ -135,8 +135,9 @@ end
 -- holds (its `limited` field, written by dequeue: give the slot back with `release` once the run
 -- is filed; false for a job without a concurrency_limit) and whether an operator asked to cancel
 -- the run (its `cancel_requested_at`, cancel.lua's mark); else the reply to return at once,
--- nothing written: 1 when the record is already in state `done` under that epoch (a replay of
--- this very call, retried by redis-py after a timeout; false: no replay to recognise), `gone`
+-- nothing written: 1 when the record is already in state `done` under that epoch, or canceled
+-- with the cancel mark (a replay of this very call, retried by redis-py after a timeout; false:
+-- no replay to recognise), `gone`
 -- when the record has no state (default 0), 0 when the task is no longer this caller's
 -- (recovered and handed on: another epoch; or not active), or the error when the key is not a
 -- hash.
@@ -148,8 +149,8 @@ local function held(key, epoch, done, gone)
   if not f[1] then
     return gone or 0
   end
-  if f[2] == epoch and f[1] == done then
-    return 1
+  if f[2] == epoch and (f[1] == done or (done and f[1] == 'canceled' and f[4])) then
+    return 1  -- (canceled with the mark: this call filed the run canceled instead, `unwanted`)
   end
   if f[1] ~= 'active' or f[2] ~= epoch then
     return 0
