@@ -94,6 +94,11 @@ def private_postgres(max_connections: int = 400) -> Iterator[str]:
         start = [_pg_bin("pg_ctl"), "-D", str(data / "db"), "-l", str(log), "-o", options, "-w"]
         subprocess.run([*as_user, *start, "start"], check=True, capture_output=True, timeout=120)
         yield f"postgres://postgres@127.0.0.1:{port}/postgres"
+    except BaseException:
+        with contextlib.suppress(OSError):  # what the server said, for the failure's reader
+            shutil.copy(log, Path(tempfile.gettempdir()) / "bench-capacity-postgres.log")
+            print(f"(PostgreSQL's log: {tempfile.gettempdir()}/bench-capacity-postgres.log)")
+        raise
     finally:
         subprocess.run([*as_user, _pg_bin("pg_ctl"), "-D", str(data / "db"), "-m", "immediate",
                         "stop"], capture_output=True, timeout=60)  # fmt: skip
@@ -122,22 +127,41 @@ class Samples:
     pss: list[int] = field(default_factory=list)
 
 
+def sqlite_connections(path: str, roots: list[int]) -> int:
+    """Open descriptors of the SQLite file in the worker trees: the connections they hold."""
+    count = 0
+    for pid in set().union(*(tree(r) for r in roots)):
+        with contextlib.suppress(OSError):
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    count += os.readlink(fd.path) == path
+    return count
+
+
 def sample(
-    stop: threading.Event, samples: Samples, probe: redis.Redis, pending: str, pg_url: str,
+    stop: threading.Event, samples: Samples, probe: redis.Redis, pending: str, db_url: str,
     roots: list[int],
 ) -> None:  # fmt: skip
-    import psycopg
+    with contextlib.ExitStack() as stack:
+        if db_url.startswith("sqlite"):
+            path = db_url.removeprefix("sqlite:///")
+            pg = None
+        else:
+            import psycopg
 
-    with psycopg.connect(pg_url, autocommit=True) as pg:
+            pg = stack.enter_context(psycopg.connect(db_url, autocommit=True))
         n = 0
         while not stop.wait(0.5):
             samples.depth.append(int(probe.llen(pending)))
             samples.memory.append((time.monotonic(), int(probe.info("memory")["used_memory"])))
-            row = pg.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-                "AND pid <> pg_backend_pid()"
-            ).fetchone()
-            samples.connections.append(int(row[0]) if row else 0)
+            if pg is None:
+                samples.connections.append(sqlite_connections(path, roots))
+            else:
+                row = pg.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                    "AND pid <> pg_backend_pid()"
+                ).fetchone()
+                samples.connections.append(int(row[0]) if row else 0)
             if n % 4 == 0:
                 pids = set().union(*(tree(r) for r in roots))
                 samples.rss.append(rss(pids))
@@ -173,7 +197,18 @@ def stop_workers(workers: list[Any]) -> list[int | None]:
     return codes
 
 
-def layout(processes: int, concurrency: int, rate: float, seconds: float) -> dict[str, Any]:
+@contextlib.contextmanager
+def database(kind: str, tmp: str) -> Iterator[str]:
+    if kind == "postgres":
+        with private_postgres() as url:
+            yield url
+    else:
+        yield f"sqlite:///{tmp}/capacity.sqlite3"
+
+
+def layout(
+    processes: int, concurrency: int, rate: float, seconds: float, db: str
+) -> dict[str, Any]:
     from django.test.utils import override_settings
 
     from django_jobs.keys import QueueKeys, workers
@@ -181,8 +216,8 @@ def layout(processes: int, concurrency: int, rate: float, seconds: float) -> dic
 
     namespace = f"cap-{uuid.uuid4().hex[:8]}"
     data = "x" * PAYLOAD_BYTES
-    with private_redis() as url, private_postgres() as pg_url, \
-            tempfile.TemporaryDirectory() as tmp:  # fmt: skip
+    with private_redis() as url, tempfile.TemporaryDirectory() as tmp, \
+            database(db, tmp) as pg_url:  # fmt: skip
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings", "REDIS_URL": url,
                "JOBS_NAMESPACE": namespace, "JOBS_LOG_LEVEL": "WARNING", "DATABASE_URL": pg_url,
                "PYTHONUNBUFFERED": "1"}  # fmt: skip
@@ -252,7 +287,7 @@ def layout(processes: int, concurrency: int, rate: float, seconds: float) -> dic
             "redis_growth_per_s": (m1 - m0) / (m1t - m0t), "redis_bytes_per_job": (m1 - m0) / total,
             "connections_median": statistics.median(samples.connections),
             "connections_max": max(samples.connections), "exit_codes": codes,
-            "load_before": " ".join(load_before),
+            "database": db, "load_before": " ".join(load_before),
             "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         }  # fmt: skip
 
@@ -269,7 +304,7 @@ def show(r: dict[str, Any]) -> None:
         f"{r['cpu_per_process']:.1%} of a core (all "
         f"{r['cpu_all']:.0%}), PSS {r['pss_per_process'] / 2**20:.0f} MiB, RSS "
         f"{r['rss_per_process'] / 2**20:.0f} MiB; Redis +{r['redis_growth_per_s'] / 1024:.0f} "
-        f"KiB/s ({r['redis_bytes_per_job']:,.0f} bytes a job, kept 24 h); PostgreSQL "
+        f"KiB/s ({r['redis_bytes_per_job']:,.0f} bytes a job, kept 24 h); {r['database']} "
         f"connections median {r['connections_median']:.0f}, peak {r['connections_max']}; "
         f"start-up {r['startup_s']:.0f} s; exit codes {sorted(set(r['exit_codes']), key=str)}; "
         f"load {r['load_before']} -> {r['load_after']}"
@@ -286,6 +321,11 @@ def main() -> None:
     parser.add_argument("--layouts", default="12x10,4x30,2x60", help="processes x concurrency")
     parser.add_argument("--rate", type=float, default=280.0, help="jobs/s offered (280)")
     parser.add_argument("--seconds", type=float, default=60.0, help="how long (60)")
+    parser.add_argument(
+        "--database", choices=("postgres", "sqlite"), default="postgres",
+        help="a private PostgreSQL (connections from pg_stat_activity), or SQLite (connections: "
+        "the worker processes' open descriptors of its file)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.quick:
@@ -304,7 +344,7 @@ def main() -> None:
     )
     for item in args.layouts.split(","):
         processes, concurrency = (int(v) for v in item.lower().split("x"))
-        result = layout(processes, concurrency, args.rate, args.seconds)
+        result = layout(processes, concurrency, args.rate, args.seconds, args.database)
         show(result)
         results.append(result)
     if args.json:
