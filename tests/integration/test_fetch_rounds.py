@@ -8,7 +8,6 @@ A worker child's fetch is `settle` (the outcome of its task and the next fetch) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,7 +32,7 @@ class Rounds:
 
 
 @pytest.fixture
-def rounds(monkeypatch: pytest.MonkeyPatch, redis_ns: RedisNamespace) -> Iterator[Rounds]:
+def rounds(monkeypatch: pytest.MonkeyPatch, redis_ns: RedisNamespace) -> Rounds:
     counter = Rounds()
     original = ScriptCalls._round_trip
 
@@ -42,7 +41,7 @@ def rounds(monkeypatch: pytest.MonkeyPatch, redis_ns: RedisNamespace) -> Iterato
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(ScriptCalls, "_round_trip", counted)
-    yield counter
+    return counter
 
 
 def put(queue: str, *ids: str) -> None:
