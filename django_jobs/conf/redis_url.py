@@ -13,7 +13,7 @@ one database, 0; the user and password are the nodes'.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 SENTINEL_SCHEME = "redis+sentinel"
 CLUSTER_SCHEME = "redis+cluster"
@@ -68,14 +68,20 @@ def _hosts(hosts: str, what: str, default_port: int) -> tuple[tuple[str, int], .
     return tuple(found)
 
 
+def _split(
+    url: str, scheme: str, what: str, port: int
+) -> tuple[SplitResult, tuple[tuple[str, int], ...], str | None, str | None]:
+    """A URL of several hosts: its parts, its hosts, its username and password."""
+    parts = urlsplit(url)
+    if parts.scheme != scheme:
+        raise ValueError(f"the scheme is {parts.scheme!r}, not {scheme!r}")
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    return (parts, _hosts(hosts, what, port), *_credentials(userinfo, at))
+
+
 def parse_sentinel_url(url: str) -> SentinelURL:
     """Parse a `redis+sentinel://` URL; a ValueError says what is wrong without the password."""
-    parts = urlsplit(url)
-    if parts.scheme != SENTINEL_SCHEME:
-        raise ValueError(f"the scheme is {parts.scheme!r}, not {SENTINEL_SCHEME!r}")
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    username, password = _credentials(userinfo, at)
-    sentinels = _hosts(hosts, "sentinel", SENTINEL_PORT)
+    parts, sentinels, username, password = _split(url, SENTINEL_SCHEME, "sentinel", SENTINEL_PORT)
     path = [segment for segment in parts.path.split("/") if segment]
     if not path or len(path) > 2:
         raise ValueError("the path must be /<service> or /<service>/<db>")
@@ -89,12 +95,7 @@ def parse_sentinel_url(url: str) -> SentinelURL:
 
 def parse_cluster_url(url: str) -> ClusterURL:
     """Parse a `redis+cluster://` URL; a ValueError says what is wrong without the password."""
-    parts = urlsplit(url)
-    if parts.scheme != CLUSTER_SCHEME:
-        raise ValueError(f"the scheme is {parts.scheme!r}, not {CLUSTER_SCHEME!r}")
-    userinfo, at, hosts = parts.netloc.rpartition("@")
-    username, password = _credentials(userinfo, at)
-    nodes = _hosts(hosts, "cluster node", CLUSTER_PORT)
+    parts, nodes, username, password = _split(url, CLUSTER_SCHEME, "cluster node", CLUSTER_PORT)
     if parts.path.strip("/") not in ("", "0"):
         raise ValueError(
             f"the path is {parts.path!r}: a Redis Cluster has one database, 0 (write /0 or "
