@@ -25,9 +25,10 @@ from django_jobs.broker.protocol import (
 )
 from django_jobs.broker.receipts import ReceiptCalls
 from django_jobs.broker.replicas import replicated
+from django_jobs.broker.sweeps import SweepCalls
 from django_jobs.conf import JobsSettings
 from django_jobs.exceptions import BrokerRefused
-from django_jobs.keys import today, worker, workers
+from django_jobs.keys import today
 
 logger = logging.getLogger("django_jobs.broker")
 
@@ -57,9 +58,10 @@ def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
     return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
 
 
-class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
+class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait, SweepCalls):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
-    the read side and the operator's actions in inspect.py, the wire in connection.py."""
+    the background loops' in sweeps.py, the read side and the operator's actions in inspect.py,
+    the wire in connection.py."""
 
     def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
         super().__init__(client, settings)
@@ -350,50 +352,9 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait):
                 self.settings.retention]  # fmt: skip
         return "requeue", keys, args
 
-    # -- background loops -------------------------------------------------------------------
-
-    def forward(self, queue: str, limit: int = 1000) -> int:
-        """Move due scheduled and retry tasks to pending; return how many moved."""
-        k = self.keys(queue)
-        keys = [k.scheduled, k.retry, k.pending, k.wake, k.guard]
-        return int(self._run("forward", keys, [k.task_prefix, limit]))
+    # -- background loops (the others are in sweeps.py) ---------------------------------
 
     def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
         """Renew the leases of (id, epoch) pairs; return the pairs whose lease is lost (the
         runs asked to cancel too: `renew_leases`)."""
         return self.renew_leases(queue, held).lost
-
-    def recover(self, queue: str, limit: int = 1000) -> list[tuple[str, Requeued]]:
-        """Hand back tasks whose lease expired; return (id, new state) pairs."""
-        k = self.keys(queue)
-        keys = [k.lease, k.active, k.pending, k.dead, k.wake, k.guard]
-        args = [k.task_prefix, self.settings.max_crashes, limit, self.settings.retention]
-        flat = self._run("recover", keys, args)
-        return [
-            (task_id, Requeued(state)) for task_id, state in zip(flat[::2], flat[1::2], strict=True)
-        ]
-
-    def janitor(self, queue: str, limit: int = 1000) -> int:
-        """Delete expired completed and canceled tasks and trim the dead set; return how many
-        were deleted."""
-        k = self.keys(queue)
-        args = [k.task_prefix, self.settings.dead_max_tasks, self.settings.dead_max_age, limit]
-        return int(self._run("janitor", [k.completed, k.dead, k.canceled, k.guard], args))
-
-    def beat(self, worker_id: str, info: dict[str, str | int | float], ttl: float) -> None:
-        """Publish a worker in the registry for ttl seconds (renewed by the next beat)."""
-        namespace = self.settings.namespace
-        args: list[Any] = [worker_id, max(1, round(ttl))]
-        for name, value in info.items():
-            args += [name, value]
-        keys = [workers(namespace), worker(namespace, worker_id)]
-        self._run("beat", keys, args)
-
-    def unregister(self, worker_id: str) -> None:
-        """Remove a worker from the registry (a stopping worker's last call)."""
-        namespace = self.settings.namespace
-        with self.unavailable():
-            pipe = self.client.pipeline(transaction=False)
-            pipe.delete(worker(namespace, worker_id))
-            pipe.zrem(workers(namespace), worker_id)
-            pipe.execute()
