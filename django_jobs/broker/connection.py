@@ -176,6 +176,11 @@ class ScriptCalls:
             keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
         return keys
 
+    def _command(self, call: tuple[str, list[str], list[Any]]) -> tuple[Any, ...]:
+        """The EVALSHA command of a script call (name, keys, args), for `_round_trip`."""
+        name, keys, args = call
+        return ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
+
     def unavailable(
         self, *, writes: bool = True, outcome: str = NOTHING_CHANGED
     ) -> AbstractContextManager[None]:

@@ -19,7 +19,8 @@ or when the last task is gone (measured: tests/integration/test_fetch_rounds.py,
 docs/scale-redis.rst), and the ack of the task before rides along (`ack_dequeue`, one script
 call, when its queue is the lead).
 On a Cluster the commands of a round trip go to every node at once (cluster.ClusterWire): still
-one round trip of latency. With one queue, a fetch is the single dequeue call it always was.
+one round trip of latency. With one queue, a fetch is the single dequeue call it always was,
+and none of this module runs: RedisBroker.fetch makes it (`_fetch_one`, in redis.py).
 
 The lead is kept per list of queues, in this process (a worker child's own fetches).
 """
@@ -81,10 +82,6 @@ class FetchCalls(ScriptCalls):
     def _requeue_call(self, delivery: Delivery, crash: bool, reason: str) -> Call:
         raise NotImplementedError
 
-    def _command(self, call: Call) -> tuple[Any, ...]:
-        name, keys, args = call
-        return ("EVALSHA", self.scripts[name].sha, len(keys), *keys, *args)
-
     def fetch(
         self,
         queues: Sequence[str],
@@ -95,15 +92,14 @@ class FetchCalls(ScriptCalls):
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """Run `lead` commands and `before` script calls, then fetch up to count tasks.
+        """Run `lead` commands and `before` script calls, then fetch up to count tasks from
+        several queues (RedisBroker.fetch: one queue, and the receipts).
 
         `first`: the lead queue's index to start from (an idle wait woken by that queue).
         Returns the replies of `lead` then `before` (bytes, errors as values), the tasks
         fetched, and the error of a dequeue refused (then no task: those a round before took
         are handed back, as when a round trip raises).
         """
-        if len(queues) == 1:
-            return self._fetch_one(queues[0], count, own=own, before=before, lead=lead)
         order = tuple(queues)
         at = self._leads.get(order, 0) if first is None else first
         now = time.monotonic() if self._broken_until else 0.0
@@ -252,50 +248,6 @@ class FetchCalls(ScriptCalls):
             if not broken:
                 self._plans[(order, at, full)] = plan
         return plan
-
-    def _fetch_one(
-        self,
-        queue: str,
-        count: int,
-        *,
-        own: bool,
-        before: Sequence[Call],
-        lead: Sequence[tuple[Any, ...]],
-    ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """`fetch` from one queue: its dequeue call (ack_dequeue with an ack before it), in one
-        round trip. The worker child's hot path with one queue: no more work than that."""
-        keys, args = self._dequeue_call([queue], count)
-        commands = list(lead)
-        names: list[str | None] = [None] * len(lead)
-        for call in before:  # a loop, not a generator: the hot path
-            commands.append(self._command(call))
-            names.append(call[0])
-        ack = before[-1] if before and before[-1][0] == "ack" else None
-        if ack is not None:  # (its guard key left out: the dequeue's `paused` is one)
-            commands[-1] = self._command(("ack_dequeue", [*ack[1][:5], *keys], [*ack[2], *args]))
-            names[-1] = "ack_dequeue"
-        else:
-            commands.append(self._command(("dequeue", keys, args)))
-            names.append("dequeue")
-        try:
-            replies = self._round_trip(commands, own=own, replayable=False)
-        except PartlyAnswered as exc:  # another node failed (a wait's unblock, an outcome)
-            self.hand_back(self._answered(exc, queue, ack is not None), FETCH_FAILED)
-            raise
-        for reply in replies:
-            if isinstance(reply, NoScriptError):
-                replies = self._reload(commands, names, replies)
-                break
-        fetched = replies.pop()
-        if ack is not None:
-            if isinstance(fetched, Exception):  # the ack was refused: nothing was fetched
-                replies.append(fetched)
-                return replies, [], None
-            acked, fetched = fetched
-            replies.append(acked)
-        if isinstance(fetched, Exception):
-            return replies, [], fetched
-        return replies, self._deliveries([queue], fetched), None
 
     def _reload(
         self, commands: list[tuple[Any, ...]], names: list[str | None], replies: list[Any]

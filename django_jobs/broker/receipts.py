@@ -25,14 +25,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django_jobs.broker.fetch import Call, FetchCalls
-from django_jobs.broker.protocol import Delivery
 
 logger = logging.getLogger("django_jobs.broker")
 
 
 class ReceiptCalls(FetchCalls):
-    """`fetch` with receipts (see the module); the dequeue call takes `_receipt` as an
-    argument (RedisBroker._dequeue_call)."""
+    """The give-back of receipts (see the module). RedisBroker issues them (`_receipt`, an
+    argument of its dequeue call) and keeps the unsure ones in its `fetch`, beside the fetch of
+    one queue: this code runs only after a fetch whose reply was lost."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -45,15 +45,7 @@ class ReceiptCalls(FetchCalls):
         self._unsure: list[tuple[str, str]] = []
 
     def _receipt(self, queue: str) -> str:
-        """A new receipt for a dequeue call on queue, noted as the fetch's."""
-        pid = os.getpid()
-        if pid != self._receipt_pid:  # a forked child: its own token, nothing of its parent's
-            self._receipt_pid, self._receipt_token = pid, os.urandom(6).hex()
-            self._receipt_count, self._issued, self._unsure = 0, [], []
-        self._receipt_count += 1
-        receipt = f"{self._receipt_token}.{self._receipt_count}"
-        self._issued.append((queue, receipt))
-        return receipt
+        raise NotImplementedError  # RedisBroker's, beside the dequeue call it is sent in
 
     def _give_back_call(self, queue: str, receipt: str) -> Call:
         k = self.keys(queue)
@@ -62,32 +54,6 @@ class ReceiptCalls(FetchCalls):
             [k.active, k.lease, k.pending, k.wake, k.guard],
             [k.task_prefix, receipt, self.settings.retention],
         )
-
-    def fetch(
-        self,
-        queues: Sequence[str],
-        count: int,
-        *,
-        own: bool,
-        before: Sequence[Call] = (),
-        lead: Sequence[tuple[Any, ...]] = (),
-        first: int | None = None,
-    ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """FetchCalls.fetch, after giving back what the fetches whose reply was lost took: in
-        a round trip of its own, so that an idle wait's BLPOP comes after it and the wake-up
-        tokens the give-back leaves end that wait at once."""
-        if self._unsure and self._receipt_pid == os.getpid():
-            self._give_back(own=own)  # raises as the fetch would, the receipts kept
-        self._issued = []
-        try:
-            return super().fetch(queues, count, own=own, before=before, lead=lead, first=first)
-        except BaseException:
-            # Only this fetch's: the receipts before were given back above (so they never pile
-            # up through an outage: a fetch that cannot reach Redis issues none).
-            self._unsure = self._issued
-            raise
-        finally:
-            self._issued = []
 
     def give_back_unsure(self) -> int:
         """Give back now what the fetches whose reply was lost took (a stopping child's last

@@ -3,24 +3,25 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from django_jobs.broker.cancel import CancelCalls
+from django_jobs.broker.cluster import PartlyAnswered
 from django_jobs.broker.cluster_wait import ClusterWait
 from django_jobs.broker.connection import NOTHING_ENQUEUED, refused, wrong_key
 from django_jobs.broker.connection import connect as connect
-from django_jobs.broker.fetch import Call
+from django_jobs.broker.fetch import FETCH_FAILED, Call
 from django_jobs.broker.handoff import HandoffCalls, accepted
+from django_jobs.broker.outcomes import OutcomeCalls
 from django_jobs.broker.protocol import (
     Accepted,
-    Action,
     Delivery,
     EnqueueRequest,
-    Requeued,
     Verdict,
 )
 from django_jobs.broker.receipts import ReceiptCalls
@@ -54,11 +55,7 @@ def _count(value: bytes) -> int:
         return 0
 
 
-def _verdict(delivery: Delivery, action: str, **fields: Any) -> Verdict:
-    return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action(action), **fields)
-
-
-class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait, SweepCalls):
+class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, ClusterWait, SweepCalls):
     """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
     the background loops' in sweeps.py, the read side and the operator's actions in inspect.py,
     the wire in connection.py."""
@@ -158,6 +155,90 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait, SweepCal
         keys, prefixes = cached
         receipt = self._receipt(queues[0])  # one queue per call (fetch.py)
         return keys, [self.settings.lease, count, receipt, *prefixes, *self.limit_args]
+
+    def fetch(
+        self,
+        queues: Sequence[str],
+        count: int,
+        *,
+        own: bool,
+        before: Sequence[Call] = (),
+        lead: Sequence[tuple[Any, ...]] = (),
+        first: int | None = None,
+    ) -> tuple[list[Any], list[Delivery], Exception | None]:
+        """FetchCalls.fetch (fetch.py: strict priority over several queues) with receipts
+        (receipts.py): first give back what fetches whose reply was lost took, in a round trip
+        of its own (then an idle wait's BLPOP comes after it, and the wake-up tokens the
+        give-back leaves end that wait at once). One queue (the hot path) is fetched here."""
+        if self._unsure and self._receipt_pid == os.getpid():
+            self._give_back(own=own)  # raises as the fetch would, the receipts kept
+        self._issued = []
+        try:
+            if len(queues) == 1:
+                return self._fetch_one(queues[0], count, own=own, before=before, lead=lead)
+            return super().fetch(queues, count, own=own, before=before, lead=lead, first=first)
+        except BaseException:
+            # Only this fetch's: the receipts before were given back above (so they never pile
+            # up through an outage: a fetch that cannot reach Redis issues none).
+            self._unsure = self._issued
+            raise
+        finally:
+            self._issued = []
+
+    def _fetch_one(
+        self,
+        queue: str,
+        count: int,
+        *,
+        own: bool,
+        before: Sequence[Call],
+        lead: Sequence[tuple[Any, ...]],
+    ) -> tuple[list[Any], list[Delivery], Exception | None]:
+        """`fetch` from one queue: its dequeue call (ack_dequeue with an ack before it), in one
+        round trip. The worker child's hot path with one queue: no more work than that."""
+        keys, args = self._dequeue_call([queue], count)
+        commands = list(lead)
+        names: list[str | None] = [None] * len(lead)
+        for call in before:  # a loop, not a generator: the hot path
+            commands.append(self._command(call))
+            names.append(call[0])
+        ack = before[-1] if before and before[-1][0] == "ack" else None
+        if ack is not None:  # (its guard key left out: the dequeue's `paused` is one)
+            commands[-1] = self._command(("ack_dequeue", [*ack[1][:5], *keys], [*ack[2], *args]))
+            names[-1] = "ack_dequeue"
+        else:
+            commands.append(self._command(("dequeue", keys, args)))
+            names.append("dequeue")
+        try:
+            replies = self._round_trip(commands, own=own, replayable=False)
+        except PartlyAnswered as exc:  # another node failed (a wait's unblock, an outcome)
+            self.hand_back(self._answered(exc, queue, ack is not None), FETCH_FAILED)
+            raise
+        for reply in replies:
+            if isinstance(reply, NoScriptError):
+                replies = self._reload(commands, names, replies)
+                break
+        fetched = replies.pop()
+        if ack is not None:
+            if isinstance(fetched, Exception):  # the ack was refused: nothing was fetched
+                replies.append(fetched)
+                return replies, [], None
+            acked, fetched = fetched
+            replies.append(acked)
+        if isinstance(fetched, Exception):
+            return replies, [], fetched
+        return replies, self._deliveries([queue], fetched), None
+
+    def _receipt(self, queue: str) -> str:
+        """A new receipt for a dequeue call on queue, noted as the fetch's (receipts.py)."""
+        pid = os.getpid()
+        if pid != self._receipt_pid:  # a forked child: its own token, nothing of its parent's
+            self._receipt_pid, self._receipt_token = pid, os.urandom(6).hex()
+            self._receipt_count, self._issued, self._unsure = 0, [], []
+        self._receipt_count += 1
+        receipt = f"{self._receipt_token}.{self._receipt_count}"
+        self._issued.append((queue, receipt))
+        return receipt
 
     def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
         # Raw bytes: the message may not be UTF-8 (a corrupt record must reach the processor,
@@ -274,11 +355,6 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait, SweepCal
             return self._cancel_call(verdict)
         raise ValueError(f"unknown verdict action {verdict.action!r}")
 
-    def write(self, verdict: Verdict) -> bool:
-        """Write one run's outcome; False if it is stale (nothing changed)."""
-        name, keys, args = self._verdict_call(verdict)
-        return bool(self._run(name, keys, args))
-
     def wait_and_fetch(self, queues: Sequence[str], timeout: float) -> list[Delivery]:
         """Block until a wake-up token for one of queues arrives or timeout seconds pass, then
         fetch one task as `dequeue_many` does: in one round trip.
@@ -312,45 +388,6 @@ class RedisBroker(HandoffCalls, CancelCalls, ReceiptCalls, ClusterWait, SweepCal
             if kind not in ("none", "list"):
                 return wrong_key(key, kind, "list", outcome="no task was taken")
         return refused(self.url, error, outcome="no task was taken")
-
-    def ack(self, delivery: Delivery, retention: float) -> bool:
-        """Mark the task completed; False if the delivery is stale (nothing changed)."""
-        return self.write(_verdict(delivery, "ack", retention=retention))
-
-    def retry(
-        self,
-        delivery: Delivery,
-        delay: float,
-        error: str,
-        traceback: str,
-        *,
-        spend: bool = True,
-        unknown: bool = False,
-    ) -> bool:
-        """Schedule another run after delay seconds; False if the delivery is stale."""
-        verdict = _verdict(delivery, "retry", delay=delay, error=error, traceback=traceback,
-                           spend=spend, unknown=unknown)  # fmt: skip
-        return self.write(verdict)
-
-    def kill(self, delivery: Delivery, error: str, traceback: str, *, spend: bool = True) -> bool:
-        """Move the task to dead with its error; False if the delivery is stale."""
-        verdict = _verdict(delivery, "kill", error=error, traceback=traceback, spend=spend)
-        return self.write(verdict)
-
-    def requeue(self, delivery: Delivery, *, crash: bool, reason: str = "") -> Requeued | None:
-        """Put an active task back in pending without spending an attempt.
-
-        Returns where it went (dead: a crash past the budget), or None if the delivery is stale.
-        """
-        reply = self._run(*self._requeue_call(delivery, crash, reason))
-        return Requeued(reply) if reply else None
-
-    def _requeue_call(self, delivery: Delivery, crash: bool, reason: str) -> Call:
-        k = self.keys(delivery.queue)
-        keys = [k.task(delivery.id), k.active, k.lease, k.pending, k.dead, k.wake, k.guard]
-        args = [delivery.id, delivery.epoch, int(crash), self.settings.max_crashes, reason,
-                self.settings.retention]  # fmt: skip
-        return "requeue", keys, args
 
     # -- background loops (the others are in sweeps.py) ---------------------------------
 
