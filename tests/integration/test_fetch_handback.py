@@ -20,6 +20,7 @@ from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.keys import QueueKeys
 from tests.conftest import RedisNamespace
 from tests.integration.test_broker import request
+from tests.integration.test_limits import Hourly, Item, limited_broker, window_of
 
 
 def _broker() -> RedisBroker:
@@ -113,3 +114,28 @@ def test_fetch__a_dequeue_answered_beside_a_node_that_failed_gives_its_tasks_bac
     with pytest.raises(BrokerUnavailable):
         broker.dequeue_many(queues, 1)
     assert _where(redis_ns, "a", "a1") == ([], b"pending")
+
+
+def test_fetch__a_lost_reply_given_back_gives_its_rate_start_back(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hourly may start 3 times an hour: three fetches whose replies were lost (the task given
+    # back by its receipt, never run) must not spend the hour's budget.
+    broker = limited_broker()
+    k = QueueKeys(redis_ns.namespace, "default")
+    window = window_of(redis_ns, 3600)
+    task = Hourly.enqueue(Item(0)).id
+
+    def reply_lost(real: Callable[..., list[Any]], commands: list[Any], kw: Any) -> Any:
+        real(commands, **kw)
+        raise redis.ConnectionError("connection lost after the write")
+
+    for _ in range(3):
+        _fault_on(monkeypatch, broker, 1, reply_lost)
+        with pytest.raises(BrokerUnavailable):
+            broker.dequeue_many(["default"], 1)
+        monkeypatch.undo()
+        assert broker.give_back_unsure() == 1  # (a stopping child's last call)
+    assert window_of(redis_ns, 3600) == window  # (an hour turning would void the test)
+    assert redis_ns.client.hget(k.rate("limits.Hourly"), "started") in (None, b"0")
+    assert [d.id for d in broker.dequeue_many(["default"], 1)] == [task]

@@ -223,6 +223,26 @@ local function release(record, id, job)
   redis.pcall('HDEL', record, 'limited')
   unpark(prefix, job, 1)
 end
+-- unrate(record, id, rated, give): the run of task `id` (record key `record`, <ns>:{<q>}:t:<id>)
+-- was counted against its job type's rate_limit by its dequeue (`rated`, "<window> <job>": see
+-- dequeue.lua; false when it was not): forget that mark and, when `give` (the run did not go
+-- on: a clean hand-back, a give-back by receipt), give the start back while that window is
+-- current. The one place a start is given back (requeue, give_back); a rate key of another type
+-- is skipped.
+local function unrate(record, id, rated, give)
+  if not rated then
+    return
+  end
+  redis.call('HDEL', record, 'rated')
+  local window, job = string.match(rated, '^(%d+) (.+)$')
+  if job and give then
+    local rate = string.sub(record, 1, -(#id + 3)) .. 'rate:' .. job
+    local r = redis.pcall('HMGET', rate, 'window', 'started')
+    if not r.err and tonumber(r[1]) == tonumber(window) and (tonumber(r[2]) or 0) > 0 then
+      redis.call('HINCRBY', rate, 'started', -1)
+    end
+  end
+end
 -- crashed(key, id, budget, why, pending, dead, wakekey): the crash-count rule, the one place it
 -- is written (recover: a lease expired; requeue: the supervisor saw the child die). A crash is
 -- not a failure: no attempt is spent, but it is counted, and the task whose crashes reach

@@ -4,7 +4,8 @@
 -- gave up on its wait): they are found by the fetch's receipt, which dequeue wrote in their
 -- records, and go back to the head of the line at once instead of waiting in active until their
 -- lease expires. No attempt and no crash is spent (the caller never started them); the epoch
--- moves on, a concurrency slot is given back (`release`); a task an operator asked to cancel
+-- moves on, a concurrency slot is given back (`release`), and the rate_limit start its dequeue
+-- counted (`unrate`); a task an operator asked to cancel
 -- meanwhile (cancel.lua's mark) is canceled instead (`unwanted`), as requeue does. Safe to run
 -- twice: a task given back is no longer active. Reads the whole active list: a rare call (after a lost reply only).
 --
@@ -29,12 +30,14 @@ local given = 0
 for i = #ids, 1, -1 do
   local id = ids[i]
   local key = ARGV[1] .. id
-  local f = redis.pcall('HMGET', key, 'state', 'receipt', 'limited', 'cancel_requested_at')
+  local f = redis.pcall('HMGET', key, 'state', 'receipt', 'limited', 'cancel_requested_at',
+    'rated')
   if not f.err and f[1] == 'active' and f[2] == ARGV[2] then
     redis.call('LREM', KEYS[1], 1, id)
     redis.call('ZREM', KEYS[2], id)
     bump(key, 'epoch')
     redis.call('HDEL', key, 'receipt')
+    unrate(key, id, f[5], true)
     if f[3] then
       release(key, id, f[3])
     end

@@ -32,19 +32,8 @@ end
 bump(KEYS[1], 'epoch')
 -- A clean hand-back (the run did not go on: a strict-priority fetch handing back what it took
 -- out of order, a worker stopping) gives back the start its dequeue counted against its job
--- type's rate_limit (its `rated`: see dequeue.lua), while that window is current.
-local rated = redis.call('HGET', KEYS[1], 'rated')
-if rated then
-  redis.call('HDEL', KEYS[1], 'rated')
-  local window, job = string.match(rated, '^(%d+) (.+)$')
-  if job and ARGV[3] ~= '1' then
-    local rate = string.sub(KEYS[1], 1, -(#id + 3)) .. 'rate:' .. job
-    local r = redis.pcall('HMGET', rate, 'window', 'started')
-    if not r.err and tonumber(r[1]) == tonumber(window) and (tonumber(r[2]) or 0) > 0 then
-      redis.call('HINCRBY', rate, 'started', -1)
-    end
-  end
-end
+-- type's rate_limit (`unrate`).
+unrate(KEYS[1], id, redis.call('HGET', KEYS[1], 'rated'), ARGV[3] ~= '1')
 if limited then
   release(KEYS[1], id, limited)
 end
