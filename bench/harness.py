@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -345,3 +346,14 @@ class Driver:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
+
+
+def fill(ctx: Context, jobs: int, timeout: float = 300.0) -> None:
+    """Put `jobs` no-op jobs in the system's queue through its own driver (its venv, its
+    client): the bulk API where there is one, else one enqueue call each."""
+    driver = Driver(ctx, Path(tempfile.gettempdir()) / f"{ctx.tag}-driver.log")
+    try:
+        bulk = ctx.module.enqueue_many is not None
+        driver.ask(timeout, op="enqueue_many" if bulk else "enqueue", n=jobs - 1)  # + warm-up
+    finally:
+        driver.close()

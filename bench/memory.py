@@ -28,12 +28,11 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import redis
 
 from bench.common import private_redis
-from bench.harness import Worker, tree, wait_until
+from bench.harness import Worker, fill, tree, wait_until
 from django_jobs import Job
 
 QUEUE = "default"
@@ -168,7 +167,7 @@ def worker_side(venvs: Path, jobs: int) -> None:
                 ctx.env = module.environment(url, Path(tmp), f"mem-{uuid.uuid4().hex[:8]}", {})
             worker = Worker(ctx, Path(tmp) / f"{system}.log", sample_rss=False)
             try:
-                enqueue_in_venv(ctx, jobs)
+                fill(ctx, jobs)
                 done, this = get(ctx, "done"), ctx
                 wait_until(f"{system}: {jobs} jobs", lambda: done(this, probe) >= jobs, 120)  # noqa: B023
                 time.sleep(1.0)
@@ -189,17 +188,6 @@ def worker_side(venvs: Path, jobs: int) -> None:
                     )
             finally:
                 worker.stop()
-
-
-def enqueue_in_venv(ctx: Any, jobs: int) -> None:
-    """`jobs` no-op jobs through the system's own driver (its venv, its client)."""
-    from bench.harness import Driver
-
-    driver = Driver(ctx, Path(tempfile.gettempdir()) / f"{ctx.tag}-driver.log")
-    try:
-        driver.ask(120, op="enqueue_many" if ctx.system == "ours" else "enqueue", n=jobs - 1)
-    finally:
-        driver.close()
 
 
 def main() -> None:

@@ -39,7 +39,7 @@ from typing import Any
 import redis
 
 from bench.common import private_redis
-from bench.harness import Worker, tree, wait_until
+from bench.harness import Worker, fill, tree, wait_until
 from bench.peers import Context
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -219,7 +219,7 @@ def drain_profile(count: int, py_spy: str | None) -> None:
             ctx = Context("ours", "django-jobs", url, sys.executable, f"profile-{namespace}",
                           concurrency=10)  # fmt: skip
             ctx.env = ours.environment(url, Path(tmp), namespace, {})
-            enqueue_all(ctx, count)
+            fill(ctx, count)
             before_cmds = usec(probe)
             worker = Worker(ctx, Path(tmp) / f"{namespace}.log", sample_rss=False)
             try:
@@ -269,16 +269,6 @@ def drain_profile(count: int, py_spy: str | None) -> None:
                 f"of the machine"
             )
             report_commands(usec_delta(before_cmds, after_cmds), count, polls)
-
-
-def enqueue_all(ctx: Context, count: int) -> None:
-    from bench.harness import Driver
-
-    driver = Driver(ctx, Path(tempfile.gettempdir()) / f"{ctx.tag}-driver.log")
-    try:
-        driver.ask(300, op="enqueue_many", n=count - 1)
-    finally:
-        driver.close()
 
 
 def report_commands(delta: dict[str, tuple[int, int]], jobs: int, polls: int) -> None:
