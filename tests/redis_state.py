@@ -121,10 +121,13 @@ def _hash(raw: dict[bytes, bytes], now: float) -> dict[str, Any]:
     return out
 
 
-def snapshot(ns: RedisNamespace) -> dict[str, tuple[Any, ...]]:
-    """Every key under the namespace: name -> (type, content) or (type, content, ttl seconds)."""
+def snapshot(ns: RedisNamespace, now: float | None = None) -> dict[str, tuple[Any, ...]]:
+    """Every key under the namespace: name -> (type, content) or (type, content, ttl seconds).
+
+    Times are read against `now` (Redis' clock when not given): pass the same `now` to two
+    snapshots to compare them exactly however far apart they are read."""
     client: Any = ns.client  # bytes replies
-    now = redis_now(client)
+    now = redis_now(client) if now is None else now
     out: dict[str, tuple[Any, ...]] = {}
     for key in ns.keys():
         name = key.removeprefix(f"{ns.namespace}:")

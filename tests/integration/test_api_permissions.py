@@ -149,9 +149,12 @@ def contents(redis_ns: RedisNamespace) -> dict[str, tuple[Any, ...]]:
     """Every key of the namespace with its type and content, and whether it expires.
 
     Not the TTL itself: a day counter's TTL in whole seconds ticks down during a cell, and a
-    slow cell (the first on a worker) would see it change with nothing written.
+    slow cell (the first on a worker) would see it change with nothing written. Times are read
+    against a fixed clock (epoch 0), not Redis' now: a scheduled task an hour away would come
+    nearer by the length of a slow cell (more than SLACK on a loaded machine) with nothing
+    written.
     """
-    return {key: (*value[:2], len(value) > 2) for key, value in snapshot(redis_ns).items()}
+    return {key: (*value[:2], len(value) > 2) for key, value in snapshot(redis_ns, now=0.0).items()}
 
 
 def state_of(insp: Inspector, queue: str, task_id: str) -> str | None:

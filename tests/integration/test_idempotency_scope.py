@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+import django
 import pytest
 from django.db import connection, transaction
 
@@ -45,6 +46,15 @@ class RushOrder(Job[Order]):
 
     def run(self, payload: Order) -> None:
         ran.append(f"rush {payload.number}")
+
+
+class AnyQueueOrder(Job[Order]):
+    """No default queue: each enqueue names one (as Django's @task functions' DjangoTask)."""
+
+    queue = ""
+
+    def run(self, payload: Order) -> None:
+        ran.append(f"any {payload.number}")
 
 
 @pytest.fixture(autouse=True)
@@ -85,12 +95,14 @@ def test_scope__the_same_key_on_another_queue_is_refused(
 def test_scope__a_job_type_without_a_default_queue_keeps_its_keys_in_the_first(
     redis_ns: RedisNamespace,
 ) -> None:
-    from django_jobs.tasks.run import DjangoTask
-
-    assert (ShipOrder.idempotency_queue(), DjangoTask.idempotency_queue()) == (
+    assert (ShipOrder.idempotency_queue(), AnyQueueOrder.idempotency_queue()) == (
         "default",
         "critical",
     )
+    if django.VERSION >= (6, 0):  # Django's tasks framework (django_jobs.tasks): 6.0 and later
+        from django_jobs.tasks.run import DjangoTask
+
+        assert DjangoTask.idempotency_queue() == "critical"
 
 
 def test_scope__one_round_trip_on_the_home_queue_three_elsewhere(redis_ns: RedisNamespace) -> None:
