@@ -53,6 +53,7 @@ OLDEST_WORKER_TESTS = [
     "tests/acceptance/test_outage.py",
     "tests/acceptance/test_async_worker.py",
     "tests/acceptance/test_flows_atomic_worker.py",
+    "tests/acceptance/test_cancel_worker.py",
 ]
 
 
@@ -136,6 +137,7 @@ CLUSTER_TESTS = [
     "tests/integration/test_inspector.py",
     "tests/integration/test_cluster_slots.py",
     "tests/integration/test_fetch_rounds.py",
+    "tests/integration/test_fetch_handback.py",
     "tests/cluster_leg",
 ]
 
