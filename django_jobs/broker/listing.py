@@ -107,6 +107,8 @@ def list_tasks(
                 if any(run.more for run in runs):
                     continue  # a chunk without a match: read on
                 break
+            if any(run.more and not run.buffer for run in runs):
+                continue  # a run whose next (newer) match is not read yet: read it first
             pick = (max if newest_first else min)(
                 heads, key=lambda r: _time_key(r.buffer[0][1], state)
             )
