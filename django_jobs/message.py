@@ -92,9 +92,9 @@ SENSITIVE_MARK = '"sensitive":true'
 #: eviction policy does under memory pressure (or a hand's DEL). The worker that meets such an
 #: id files the task as dead with this error; the admin and the API list it with NO_RECORD.
 RECORD_EVICTED = (
-    "record evicted: the task's record was gone (or held neither its message nor its enqueue "
-    "time) when a worker took it: Redis evicts keys under a maxmemory-policy other than "
-    "noeviction, or it was deleted or written by hand; nothing of it is left to run"
+    "record evicted: only the task's id was left (Redis evicts records under a maxmemory-policy "
+    "other than noeviction, or a hand deleted it). Set maxmemory-policy noeviction; enqueue the "
+    "job again if it must run"
 )
 NO_RECORD = (
     "no record: only its id is left (evicted by Redis under a maxmemory-policy other than "

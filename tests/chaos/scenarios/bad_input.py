@@ -74,7 +74,7 @@ def run(run: Run, profile: Profile, result: Result) -> None:
         records: list[tuple[str, str | bytes | None, str]] = [
             ("not JSON", "{not json", "is not valid JSON"),
             ("not UTF-8", b"\xff\xfe\x00{", "could not decode the task record"),
-            ("no record", None, "the task record is missing"),
+            ("no record", None, "record evicted: only the task's id was left"),
             ("newer release", json.dumps({"v": 3, "id": "x"}), "has version 3"),
         ]
         for name, msg, says in records:
@@ -119,8 +119,9 @@ def run(run: Run, profile: Profile, result: Result) -> None:
             key = stage.key("default", f"t:{task_id}")
             error, tb = stage.client.hmget(key, ["error", "traceback"])
             error, tb = error or "", tb or ""
+            result.expect(says in error, f"{name}: the reason does not say {says!r}: {error!r}")
             result.expect(
-                says in error and len(error) <= READABLE_ERROR,
+                len(error) <= READABLE_ERROR,
                 f"{name}: unreadable reason ({len(error)} chars): {error[:200]!r}",
             )
             result.expect(
