@@ -24,9 +24,28 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import (
+    BusyLoadingError,
+    ClusterDownError,
+    MovedError,
+    ResponseError,
+    TryAgainError,
+)
+
 from django_jobs.broker.fetch import Call, FetchCalls
 
 logger = logging.getLogger("django_jobs.broker")
+
+
+def _refused(reply: Any) -> bool:
+    """Whether a give-back's reply says it did not run and may run later: TRYAGAIN, MOVED,
+    ASK, CLUSTERDOWN, LOADING or BUSY."""
+    if isinstance(reply, (TryAgainError, MovedError, ClusterDownError, BusyLoadingError)):
+        return True
+    return isinstance(reply, ResponseError) and str(reply).startswith(_REFUSALS)
+
+
+_REFUSALS = ("TRYAGAIN", "MOVED", "ASK", "CLUSTERDOWN", "LOADING", "BUSY")
 
 
 class ReceiptCalls(FetchCalls):
@@ -68,7 +87,8 @@ class ReceiptCalls(FetchCalls):
         unsure = self._unsure
         calls = [self._give_back_call(queue, receipt) for queue, receipt in unsure]
         given = self._pipeline(calls, own=own, errors=True)
-        self._unsure = []
+        # Refused before it ran (a slot moving, a script busy): kept, for the next try.
+        self._unsure = [u for u, r in zip(unsure, given, strict=True) if _refused(r)]
         return sum(self._log_given(unsure, given))
 
     def _log_given(self, unsure: Sequence[tuple[str, str]], given: Sequence[Any]) -> list[int]:
@@ -77,8 +97,10 @@ class ReceiptCalls(FetchCalls):
             if isinstance(reply, Exception):
                 logger.warning(
                     "could not give back the tasks of queue %r a fetch took whose reply was "
-                    "lost (receipt %s): %s; they run again once their lease expires",
+                    "lost (receipt %s): %s; %s",
                     queue, receipt, reply,
+                    "tried again before the next fetch" if _refused(reply)
+                    else "they run again once their lease expires",
                 )  # fmt: skip
                 counts.append(0)
             else:

@@ -166,12 +166,10 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """Run `lead` commands and `before` script calls, then fetch up to count tasks (of one
-        queue here, the hot path; of several in strict priority: fetch.py). Returns the replies
-        of `lead` then `before` (errors as values), the tasks fetched, and the error of a
-        dequeue refused (then no task: any taken are handed back). What fetches whose reply was
-        lost took is given back first, in a round trip of its own (receipts.py: an idle wait's
-        BLPOP comes after it, and the give-back's wake-up tokens end it)."""
+        """FetchCalls.fetch (fetch.py: strict priority over several queues) with receipts
+        (receipts.py): first give back what fetches whose reply was lost took, in a round trip
+        of its own (then an idle wait's BLPOP comes after it, and the wake-up tokens the
+        give-back leaves end that wait at once). One queue (the hot path) is fetched here."""
         if self._unsure and self._receipt_pid == os.getpid():
             self._give_back(own=own)  # raises as the fetch would, the receipts kept
         self._issued = []
@@ -180,9 +178,9 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
                 return self._fetch_one(queues[0], count, own=own, before=before, lead=lead)
             return super().fetch(queues, count, own=own, before=before, lead=lead, first=first)
         except BaseException:
-            # Only this fetch's: the receipts before were given back above (so they never pile
-            # up through an outage: a fetch that cannot reach Redis issues none).
-            self._unsure = self._issued
+            # This fetch's, and those whose give-back above was refused before it ran (the
+            # others went back: they never pile up through an outage).
+            self._unsure += self._issued
             raise
         finally:
             self._issued = []

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import redis
-from redis.exceptions import ResponseError
+from redis.exceptions import MovedError, ResponseError, TryAgainError
 
 from django_jobs.broker.cluster import PartlyAnswered
 from django_jobs.broker.redis import RedisBroker
@@ -139,3 +139,48 @@ def test_fetch__a_lost_reply_given_back_gives_its_rate_start_back(
     assert window_of(redis_ns, 3600) == window  # (an hour turning would void the test)
     assert redis_ns.client.hget(k.rate("limits.Hourly"), "started") in (None, b"0")
     assert [d.id for d in broker.dequeue_many(["default"], 1)] == [task]
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        TryAgainError("Multiple keys request during rehashing of slot"),
+        MovedError("3999 127.0.0.1:6381"),
+        ResponseError("BUSY Redis is busy running a script."),
+    ],
+)
+def test_give_back__refused_while_a_slot_moves_is_tried_again(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch, refusal: ResponseError
+) -> None:
+    # A give-back refused before it ran (its slot moving, a script busy) keeps its receipt: the
+    # next try gives the task back, instead of it waiting out its lease, then counted a crash.
+    broker = _broker()
+    broker.enqueue([request("a1", queue="a")])
+
+    def reply_lost(real: Callable[..., list[Any]], commands: list[Any], kw: Any) -> Any:
+        real(commands, **kw)
+        raise redis.ConnectionError("connection lost after the write")
+
+    _fault_on(monkeypatch, broker, 1, reply_lost)
+    with pytest.raises(BrokerUnavailable):
+        broker.dequeue_many(["a"], 1)
+    _fault_on(monkeypatch, broker, 1, lambda real, commands, kw: [refusal for _ in commands])
+    assert broker.give_back_unsure() == 0
+    # The next fetch's give-back is refused again, and that fetch's own reply is lost too.
+    calls = {"n": 0}
+    real = broker._round_trip
+
+    def refused_then_lost(commands: Any, **kw: Any) -> list[Any]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return [refusal for _ in commands]
+        return reply_lost(real, list(commands), kw)
+
+    monkeypatch.setattr(broker, "_round_trip", refused_then_lost)
+    with pytest.raises(BrokerUnavailable):
+        broker.dequeue_many(["a"], 1)
+    monkeypatch.undo()
+    assert broker.give_back_unsure() == 1
+    assert _where(redis_ns, "a", "a1") == ([], b"pending")
+    k = QueueKeys(redis_ns.namespace, "a")
+    assert redis_ns.client.hget(k.task("a1"), "crashes") in (None, b"0")
