@@ -27,7 +27,7 @@ from tests.integration.test_broker import (
     verdict,
 )
 from tests.integration.test_scripts_atomic import foreign, key, refused
-from tests.redis_state import q, snapshot, t
+from tests.redis_state import q, redis_now, snapshot, t
 
 # -- dequeue: a broken queue is skipped, the others flow ---------------------------------------
 
@@ -60,10 +60,11 @@ def test_dequeue__wrong_typed_active_key_skips_its_queue(redis_ns: RedisNamespac
     broker = get_broker()
     broker.enqueue([request("a")])
     foreign(redis_ns, q("active"), "zset")
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
 
     assert broker.dequeue_many(["default"], 5) == []
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
 
 
 def test_dequeue__record_that_is_not_a_hash_is_buried_as_dead(
