@@ -110,18 +110,44 @@ class ClusterWait(FetchCalls):
             _, deliveries, failed = self.fetch(
                 queues, 1, own=True, lead=unblock, first=woken[0] if woken else None
             )
-            woken += [i for i in sorted(blocked) if self._took(queues, i, blocked)]
+            # Past the fetch only tokens are at stake: an error here leaves its tasks to the child.
+            error = self._read_rest(queues, blocked, woken)
             if deliveries and len(woken) > 1:
                 # More tokens taken than tasks: give them back for other idle children.
                 spare = [("LPUSH", self.keys(queues[i]).wake, "1") for i in woken[1:]]
-                self._round_trip(spare, own=True)
+                try:
+                    self._round_trip(spare, own=True)
+                except redis.RedisError:
+                    pass  # a token is a hint: an idle child also looks at its BLPOP's timeout
             if failed is not None:
                 raise failed
+            if error is not None and not deliveries:
+                raise error
         if self._wait_error is not None and not deliveries:
             # BLPOP fails at once on such a key: without this error, an idle child would
             # call again at once, forever. The worker backs off on it.
             raise self._wrong_wake_key(queues, self._wait_error)
         return deliveries
+
+    def _read_rest(
+        self, queues: Sequence[str], blocked: dict[int, Any], woken: list[int]
+    ) -> Exception | None:
+        """Read the answers of the BLPOPs still blocked (unblocked by the fetch's round trip),
+        adding those that took a token to woken; a connection that got no unblock (its CLIENT
+        ID denied) is dropped instead of waited for. Returns the first read's error, if any
+        (its connection dropped, the others read on)."""
+        error: Exception | None = None
+        for index in sorted(blocked):
+            if id(blocked[index][1]) not in self._wait_ids:
+                del blocked[index]
+                self._drop_wait(queues[index])
+                continue
+            try:
+                if self._took(queues, index, blocked):
+                    woken.append(index)
+            except (redis.RedisError, OSError) as exc:
+                error = error or exc
+        return error
 
     def _took(self, queues: Sequence[str], index: int, blocked: dict[int, Any]) -> bool:
         """Read the answer of queue index's BLPOP: whether it took a token."""
