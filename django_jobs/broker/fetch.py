@@ -92,14 +92,8 @@ class FetchCalls(ScriptCalls):
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """Run `lead` commands and `before` script calls, then fetch up to count tasks from
-        several queues (RedisBroker.fetch: one queue, and the receipts).
-
-        `first`: the lead queue's index to start from (an idle wait woken by that queue).
-        Returns the replies of `lead` then `before` (bytes, errors as values), the tasks
-        fetched, and the error of a dequeue refused (then no task: those a round before took
-        are handed back, as when a round trip raises).
-        """
+        """RedisBroker.fetch (its arguments and replies) from several queues (see the module):
+        `first` is the lead queue's index to start from (an idle wait woken by that queue)."""
         order = tuple(queues)
         at = self._leads.get(order, 0) if first is None else first
         now = time.monotonic() if self._broken_until else 0.0

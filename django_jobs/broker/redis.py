@@ -166,10 +166,12 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """FetchCalls.fetch (fetch.py: strict priority over several queues) with receipts
-        (receipts.py): first give back what fetches whose reply was lost took, in a round trip
-        of its own (then an idle wait's BLPOP comes after it, and the wake-up tokens the
-        give-back leaves end that wait at once). One queue (the hot path) is fetched here."""
+        """Run `lead` commands and `before` script calls, then fetch up to count tasks (of one
+        queue here, the hot path; of several in strict priority: fetch.py). Returns the replies
+        of `lead` then `before` (errors as values), the tasks fetched, and the error of a
+        dequeue refused (then no task: any taken are handed back). What fetches whose reply was
+        lost took is given back first, in a round trip of its own (receipts.py: an idle wait's
+        BLPOP comes after it, and the give-back's wake-up tokens end it)."""
         if self._unsure and self._receipt_pid == os.getpid():
             self._give_back(own=own)  # raises as the fetch would, the receipts kept
         self._issued = []

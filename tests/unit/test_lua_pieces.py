@@ -1,5 +1,6 @@
 """The broker scripts' shared pieces are written once, in _prelude.lua, and composed in
-(issue 13): the stale-epoch guard, the wake-up token push, the crash-count rule, the clock."""
+(issue 13): the stale-epoch guard, the wake-up token push, the crash-count rule, the clock, the
+release of an idempotency key."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ PIECES = {
     "crashed": r"crashed its worker",
     "clock": r"redis\.call\('TIME'\)",
     "ended": r"status == 'succeeded' or",
+    "release_key": r"redis\.call\('GET', [^)]+\) == ",
 }
 
 
@@ -46,6 +48,8 @@ def test_script_bodies__a_shared_piece_is_not_written_again(piece: str) -> None:
         ("flow_acquire", {"ended"}),
         ("flow_cancel", {"ended"}),
         ("flow_signal", {"ended"}),
+        ("delete", {"wrong_type", "release_key"}),
+        ("handoff_done", {"wrong_type", "release_key"}),
     ],
 )
 def test_script_sources__compose_the_pieces_they_call(script: str, pieces: set[str]) -> None:

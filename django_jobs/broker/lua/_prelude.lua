@@ -2,18 +2,32 @@
 -- the script itself.
 --
 -- wrong_type(key, type, key, type, ...): an error reply naming the first key that exists with
--- another type than the one we keep there, else nil. A script calls it before its first write,
--- so that a key django-jobs did not write (by hand, by another program) makes the script change
--- nothing instead of failing half-way (a script's writes before an error stay).
+-- another type than the one we keep there, else nil; a nil key (an optional one the caller did
+-- not pass) is skipped. A script calls it before its first write, so that a key django-jobs did
+-- not write (by hand, by another program) makes the script change nothing instead of failing
+-- half-way (a script's writes before an error stay).
 local function wrong_type(...)
   local checks = {...}
-  for i = 1, #checks, 2 do
-    local kind = redis.call('TYPE', checks[i]).ok
-    if kind ~= 'none' and kind ~= checks[i + 1] then
-      return redis.error_reply('WRONGKEY ' .. kind .. ' ' .. checks[i + 1] .. ' ' .. checks[i])
+  for i = 1, select('#', ...), 2 do
+    if checks[i] then
+      local kind = redis.call('TYPE', checks[i]).ok
+      if kind ~= 'none' and kind ~= checks[i + 1] then
+        return redis.error_reply('WRONGKEY ' .. kind .. ' ' .. checks[i + 1] .. ' ' .. checks[i])
+      end
     end
   end
   return nil
+end
+-- release_key(key, holder): delete an idempotency key if it still holds holder (what it held for
+-- the task: so the same work can be enqueued again, and a key another task took since is
+-- kept); a nil key (none passed) does nothing. Returns 1 when released, else 0. The caller has
+-- checked the key's type (wrong_type(key, 'string')).
+local function release_key(key, holder)
+  if key and redis.call('GET', key) == holder then
+    redis.call('DEL', key)
+    return 1
+  end
+  return 0
 end
 -- count(key, ttl): add one to a day counter, created with a lifetime of ttl seconds. A counter
 -- that is not a number is skipped: statistics never stop a state change.

@@ -15,10 +15,7 @@ local structure = 'zset'
 if ARGV[2] == 'pending' or ARGV[2] == 'active' then
   structure = 'list'
 end
-local bad = wrong_type(KEYS[1], 'hash', KEYS[2], structure)
-if not bad and KEYS[3] then
-  bad = wrong_type(KEYS[3], 'string')
-end
+local bad = wrong_type(KEYS[1], 'hash', KEYS[2], structure, KEYS[3], 'string')
 if bad then
   return bad
 end
@@ -50,7 +47,5 @@ else
   redis.call('ZREM', KEYS[2], id)
 end
 redis.call('DEL', KEYS[1])
-if KEYS[3] and redis.call('GET', KEYS[3]) == id then
-  redis.call('DEL', KEYS[3])
-end
+release_key(KEYS[3], id)
 return 1

@@ -11,17 +11,10 @@
 -- ARGV[2]  the value KEYS[3] holds for this task ("<id> <queue>"): released only if so
 -- Returns  1 when the key was released, else 0; an error naming a key that has another type
 --          (nothing changed).
-local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'hash')
-if not bad and KEYS[3] then
-  bad = wrong_type(KEYS[3], 'string')
-end
+local bad = wrong_type(KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'string')
 if bad then
   return bad
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[2] then
-  redis.call('DEL', KEYS[3])
-  return 1
-end
-return 0
+return release_key(KEYS[3], ARGV[2])
