@@ -126,9 +126,13 @@ def check_transition(
     """Seed, run the transition once, and compare its reply and the whole namespace."""
     for seed in seeds:
         put(ns, seed)
-    before = snapshot(ns)
+    now = redis_now(ns.client)  # an unchanged namespace reads the same however slow the call
+    before = snapshot(ns, now)
     assert act(get_broker()) == returns
-    assert snapshot(ns) == (before if expected is UNCHANGED else expected)
+    if expected is UNCHANGED:
+        assert snapshot(ns, now) == before
+    else:  # what the call wrote reads against the clock after it ("now", "now+30")
+        assert snapshot(ns) == expected
 
 
 #: A task being run under epoch 1, its lease 30 s away.
@@ -320,11 +324,12 @@ def test_enqueue__replay_answers_exists(redis_ns: RedisNamespace) -> None:
     args = ["a", body("a"), "0", "", 1000]
 
     first = broker.scripts["enqueue"](keys=keys, args=args)
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
     second = broker.scripts["enqueue"](keys=keys, args=args)
 
     assert (first, second) == (["ok", "pending"], ["exists", "pending"])
-    assert snapshot(redis_ns) == before == PENDING_A
+    assert snapshot(redis_ns, now) == before == PENDING_A
 
 
 def test_enqueue__wake_up_tokens_stay_bounded_with_no_worker(redis_ns: RedisNamespace) -> None:
@@ -584,11 +589,12 @@ def test_ack__stale_epoch_after_recover_changes_nothing(redis_ns: RedisNamespace
     # The worker froze: its lease ran out and the recoverer handed the task back.
     redis_ns.client.zadd(broker.keys("default").lease, {"a": redis_now(redis_ns.client) - 1})
     assert broker.recover("default") == [("a", "pending")]
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
 
     assert broker.ack(delivery, 3600) is False
 
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
     assert before[t("a")] == ("hash", rec("a", "pending", epoch="2", crashes="1", started_at="now"))
 
 
@@ -597,11 +603,12 @@ def test_ack__replay_after_retention_0_answers_acked(redis_ns: RedisNamespace) -
     put(redis_ns, ACTIVE_A)
     broker = get_broker()
     assert broker.ack(held("a"), 0) is True
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
 
     replay = broker.ack(held("a"), 0)
 
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
     assert replay is True, "a replayed ack with retention 0 answers 'not yours' (stale)"
 
 
@@ -1094,7 +1101,8 @@ def test_recover__late_outcomes_after_a_real_lease_expiry_change_nothing(
     assert snapshot(redis_ns)[q("lease")] == ("zset", [("a", "now+1")])
 
     assert wait_until(lambda: broker.recover("default"), timeout=5) == [("a", "pending")]
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: the late calls move nothing
+    before = snapshot(redis_ns, now)
     assert before == {
         t("a"): ("hash", rec("a", "pending", epoch="2", crashes="1", started_at="now")),
         q("pending"): ("list", ["a"]),
@@ -1107,7 +1115,7 @@ def test_recover__late_outcomes_after_a_real_lease_expiry_change_nothing(
     assert broker.kill(late, "E", "") is False
     assert broker.requeue(late, crash=True) is None
     assert broker.extend_leases("default", [("a", late.epoch)]) == [("a", late.epoch)]
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
 
     again = broker.dequeue(["default"])
     assert again is not None

@@ -28,7 +28,7 @@ from tests.integration.test_broker import (
     request,
     task,
 )
-from tests.redis_state import UNCHANGED, q, snapshot, t
+from tests.redis_state import UNCHANGED, q, redis_now, snapshot, t
 
 #: The default retention (JOBS["RETENTION"]): the seeds' messages carry none.
 DAY = 86400
@@ -91,10 +91,11 @@ def test_cancel__a_running_task_is_marked_and_keeps_running(redis_ns: RedisNames
 
     assert broker.cancel("default", "a") == Cancellation(CancelOutcome.REQUESTED, State.ACTIVE)
     # Asked again: the same answer, the first request's time kept.
-    first = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    first = snapshot(redis_ns, now)
     assert broker.cancel("default", "a") == Cancellation(CancelOutcome.REQUESTED, State.ACTIVE)
 
-    assert snapshot(redis_ns) == first
+    assert snapshot(redis_ns, now) == first
     record = dict(ACTIVE_A_SNAP[t("a")][1], cancel_requested_at="now")
     assert without_token(first) == {**ACTIVE_A_SNAP, t("a"): ("hash", record)}
     # The heartbeat's renewal answers the marked run, under the epoch it holds, and renews it.
@@ -134,10 +135,11 @@ def test_cancel__a_replay_of_the_same_call_answers_as_the_call_did(
     keys, args = broker._cancel_keys("default", "a", "token-1")
 
     first = broker._run("cancel", keys, args)
-    after = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow replay moves nothing
+    after = snapshot(redis_ns, now)
 
     assert broker._run("cancel", keys, args) == first == ["canceled", "pending"]
-    assert snapshot(redis_ns) == after
+    assert snapshot(redis_ns, now) == after
     assert broker._run("cancel", *broker._cancel_keys("default", "a", "token-2")) == [
         "finished",
         "canceled",
@@ -184,12 +186,13 @@ def test_cancel__keeps_the_jobs_retention_or_deletes_with_retention_0(
 def test_cancel__a_key_of_another_type_changes_nothing(redis_ns: RedisNamespace) -> None:
     put(redis_ns, task("a", "pending"))
     redis_ns.client.set(f"{redis_ns.namespace}:{{default}}:canceled", "x")
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
 
     with pytest.raises(BrokerRefused, match=r"canceled.* is a string, not the zset"):
         get_broker().cancel("default", "a")
 
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
 
 
 # -- end_canceled --------------------------------------------------------------------------
@@ -205,10 +208,11 @@ def test_end_canceled__files_the_run_as_canceled_under_its_epoch(
     # A stale run (another epoch) writes nothing.
     assert broker.end_canceled(held("a", "0"), "JobCanceled: x", "") is False
     assert broker.end_canceled(held("a"), "JobCanceled: x", "tb") is True
-    after = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow replay moves nothing
+    after = snapshot(redis_ns, now)
     assert broker.end_canceled(held("a"), "JobCanceled: x", "tb") is True  # a replay
 
-    assert snapshot(redis_ns) == after
+    assert snapshot(redis_ns, now) == after
     record = dict(
         ACTIVE_A_SNAP[t("a")][1], state="canceled", canceled_at="now",
         cancel_requested_at="now", error="JobCanceled: x", traceback="tb",
@@ -289,7 +293,8 @@ def test_retry__a_replay_after_the_run_was_canceled_instead_answers_written(
     broker.cancel("default", "a")
 
     assert broker.retry(delivery, 0, "Boom", "") is True
-    after = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow replay moves nothing
+    after = snapshot(redis_ns, now)
     assert broker.retry(delivery, 0, "Boom", "") is True
 
-    assert snapshot(redis_ns) == after
+    assert snapshot(redis_ns, now) == after

@@ -30,7 +30,7 @@ from tests.integration.test_broker import (
     task,
     verdict,
 )
-from tests.redis_state import q, snapshot, t
+from tests.redis_state import q, redis_now, snapshot, t
 
 
 def key(ns: RedisNamespace, name: str) -> str:
@@ -240,11 +240,12 @@ def test_worker_paths__wrong_typed_state_key_changes_nothing_and_names_it(
     put(redis_ns, task("a", "active", -1, epoch=1))
     redis_ns.client.delete(key(redis_ns, name))
     full = foreign(redis_ns, name, kind)
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
 
     error = refused(lambda: act(get_broker()))
 
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
     assert isinstance(error, BrokerUnavailable)  # the worker backs off on it
     assert error.key == full
     assert f"Redis key {full!r} is a {kind}" in str(error)
@@ -274,11 +275,12 @@ def test_enqueue__wrong_typed_key_enqueues_nothing_and_names_it(
     requests = [
         dataclasses.replace(r, idempotency_key=full) if r.idempotency_key else r for r in requests
     ]
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(redis_ns, now)
 
     error = refused(lambda: get_broker().enqueue(requests))
 
-    assert snapshot(redis_ns) == before
+    assert snapshot(redis_ns, now) == before
     assert error.key == full
     assert str(error).endswith("nothing was enqueued.")
 

@@ -40,14 +40,15 @@ def test_dequeue__wrong_typed_lease_key_skips_its_queue_and_serves_the_next(
     broker.enqueue([request("c1", "critical"), request("c2", "critical")])
     broker.enqueue([request("d1"), request("d2")])
     lease = foreign(redis_ns, q("lease", "critical"))
-    before = snapshot(redis_ns)
+    now = redis_now(redis_ns.client)  # both read against one clock: slow calls move nothing
+    before = snapshot(redis_ns, now)
 
     with caplog.at_level(logging.WARNING, logger="django_jobs.broker"):
         first = broker.dequeue_many(["critical", "default"], 1)
         second = broker.dequeue_many(["critical", "default"], 1)
 
     assert [d.id for d in first + second] == ["d1", "d2"]
-    after = snapshot(redis_ns)
+    after = snapshot(redis_ns, now)
     critical = {k: v for k, v in after.items() if "{critical}" in k}
     assert critical == {k: v for k, v in before.items() if "{critical}" in k}
     warnings = [r.getMessage() for r in caplog.records if lease in r.getMessage()]
@@ -173,11 +174,12 @@ def test_oom__every_write_refused_whole_with_the_named_error(
     full_redis: tuple[RedisNamespace, RedisBroker], act: Any
 ) -> None:
     ns, broker = full_redis
-    before = snapshot(ns)
+    now = redis_now(ns.client)  # both read against one clock: a slow call moves nothing
+    before = snapshot(ns, now)
 
     error = refused(lambda: act(broker))
 
-    assert snapshot(ns) == before
+    assert snapshot(ns, now) == before
     assert "is out of memory (maxmemory" in str(error)
     assert "free memory or raise maxmemory" in str(error)
     assert "nothing was" in str(error)
