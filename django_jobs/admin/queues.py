@@ -27,6 +27,8 @@ class QueueRow:
     name: str
     paused: bool
     counts: list[tuple[str, int, str]]
+    #: Pending tasks waiting for a slot of their job type's concurrency_limit.
+    parked: int
     processed_today: int
     failed_today: int
 
@@ -53,6 +55,7 @@ class QueueAdmin(JobsAdmin):
                     name=q.name,
                     paused=q.paused,
                     counts=[(s, q.count(s), tasks_url(q.name, s)) for s in State.ALL],
+                    parked=q.parked,
                     processed_today=q.processed_today,
                     failed_today=q.failed_today,
                 )

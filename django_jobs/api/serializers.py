@@ -70,6 +70,10 @@ class QueueSerializer(serializers.Serializer[QueueInfo]):
     paused = serializers.BooleanField()
     scheduled = serializers.IntegerField()
     pending = serializers.IntegerField()
+    parked = serializers.IntegerField(
+        help_text="Pending tasks waiting for a slot of their job type's concurrency_limit "
+        "(not counted in pending)."
+    )
     active = serializers.IntegerField()
     retry = serializers.IntegerField()
     dead = serializers.IntegerField()

@@ -37,11 +37,16 @@ class QueueInfo:
     failed_today: int
     #: Tasks canceled (kept for their retention, like completed ones).
     canceled: int = 0
+    #: Tasks waiting for a slot of their job type's concurrency_limit (their records say
+    #: pending; not in `pending`, which counts the pending list only).
+    parked: int = 0
 
     @property
     def holds_tasks(self) -> bool:
         """Whether any task is in the queue, completed ones aside."""
-        return bool(self.scheduled or self.pending or self.active or self.retry or self.dead)
+        return bool(
+            self.scheduled or self.pending or self.parked or self.active or self.retry or self.dead
+        )
 
     def count(self, state: str) -> int:
         """Return the number of tasks in one state."""

@@ -80,7 +80,8 @@ class InspectCalls(ScriptCalls):
         return replies
 
     def queue_infos(self, names: Sequence[str]) -> list[QueueInfo]:
-        """Every queue of names, in that order, with its depths and today's counters."""
+        """Every queue of names, in that order, with its depths and today's counters: one round
+        trip, and one more for the parked lists when a queue has job types with parked tasks."""
         day = today()
         commands: list[tuple[Any, ...]] = []
         for name in names:
@@ -88,24 +89,44 @@ class InspectCalls(ScriptCalls):
             commands += [("ZCARD", k.scheduled), ("LLEN", k.pending), ("LLEN", k.active),
                          ("ZCARD", k.retry), ("ZCARD", k.dead), ("ZCARD", k.completed),
                          ("EXISTS", k.paused), ("GET", k.processed(day)),
-                         ("GET", k.failed(day)), ("ZCARD", k.canceled)]  # fmt: skip
-        replies = self._read(commands)
-        for command, reply in zip(commands, replies, strict=True):
-            if isinstance(reply, ResponseError):  # a structure of ours holding another type
-                verb, key = command
-                (kind,) = self._read([("TYPE", key)])
-                expected = {"ZCARD": "sorted set", "LLEN": "list"}.get(verb, "string")
-                raise wrong_key(key, bytes(kind).decode(errors="replace"), expected)
+                         ("GET", k.failed(day)), ("ZCARD", k.canceled),
+                         ("HKEYS", k.limits)]  # fmt: skip
+        replies = self._check(commands, self._read(commands))
+        width = 11  # replies per queue, in the order sent above
+        parked = self._parked(names, [replies[i * width + 10] for i in range(len(names))])
         infos = []
         for i, name in enumerate(names):
-            row = replies[i * 10 : i * 10 + 10]  # ten replies per queue, in the order sent above
+            row = replies[i * width : i * width + width]
             scheduled, pending, active, retry, dead, completed, paused, processed, failed = row[:9]
             infos.append(
                 QueueInfo(name, bool(paused), scheduled, pending, active, retry, dead, completed,
                           processed_today=parse_int(processed), failed_today=parse_int(failed),
-                          canceled=row[9])
+                          canceled=row[9], parked=parked[i])
             )  # fmt: skip
         return infos
+
+    def _parked(self, names: Sequence[str], jobs: Sequence[list[bytes]]) -> list[int]:
+        """How many tasks are parked in each queue of names, summed over the parked lists of
+        the job types its `limits` hash names (jobs: its HKEYS), in one round trip (none when
+        no queue has any)."""
+        commands = [
+            ("LLEN", self.keys(name).parked(job.decode(errors="replace")))
+            for name, each in zip(names, jobs, strict=True)
+            for job in each
+        ]
+        lengths = iter(self._check(commands, self._read(commands)))
+        return [sum(next(lengths) for _ in each) for each in jobs]
+
+    def _check(self, commands: Sequence[tuple[Any, ...]], replies: list[Any]) -> list[Any]:
+        """The replies of count commands, or a BrokerRefused naming the key of ours that holds
+        another type (written by hand) where one replied with an error."""
+        for command, reply in zip(commands, replies, strict=True):
+            if isinstance(reply, ResponseError):
+                verb, key = command
+                (kind,) = self._read([("TYPE", key)])
+                expected = {"ZCARD": "sorted set", "LLEN": "list", "HKEYS": "hash"}.get(verb)
+                raise wrong_key(key, bytes(kind).decode(errors="replace"), expected or "string")
+        return replies
 
     def pending_count(self, queues: Sequence[str]) -> int:
         """How many tasks wait in the pending lists of queues, in one round trip."""

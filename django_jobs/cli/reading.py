@@ -83,9 +83,12 @@ def stats(session: Session, options: dict[str, Any]) -> None:
         session.emit(data, outbox_lines(outbox, on))
         raise
     data.update(queues=queues, workers=workers)
-    headers = ["queue", "paused", *State.ALL, "done today", "failed today"]
+    # Parked beside pending: pending tasks waiting for a slot of their job type's limit.
+    states = list(State.ALL)
+    states.insert(states.index(State.PENDING) + 1, "parked")
+    headers = ["queue", "paused", *states, "done today", "failed today"]
     rows = [
-        [q.name, "yes" if q.paused else "no", *(q.count(s) for s in State.ALL),
+        [q.name, "yes" if q.paused else "no", *(getattr(q, s) for s in states),
          q.processed_today, q.failed_today]
         for q in queues
     ]  # fmt: skip

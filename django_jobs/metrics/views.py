@@ -42,6 +42,8 @@ class QueuesCollector:
         for info in infos:
             for state in STATES:
                 tasks.add_metric([info.name, state], info.count(state))
+            # Pending tasks waiting for a slot of their job type's concurrency_limit.
+            tasks.add_metric([info.name, "parked"], info.parked)
             paused.add_metric([info.name], int(info.paused))
         yield tasks
         yield paused

@@ -170,10 +170,11 @@ def test_queues__shows_depths_counters_and_paused(staff: Client, insp: Inspector
 
     assert response.status_code == 200
     page = text(response)
-    # Columns: scheduled, pending, active, retry, dead, completed, processed, failed, status.
-    assert "default 1 2 0 1 1 1 0 1 2 Running Pause" in page
-    assert "critical 0 0 0 0 0 0 0 0 0 Running Pause" in page
-    assert "low 0 0 0 0 0 0 0 0 0 Paused Resume" in page
+    # Columns: scheduled, pending, parked, active, retry, dead, completed, canceled, processed,
+    # failed, status.
+    assert "default 1 2 0 0 1 1 1 0 1 2 Running Pause" in page
+    assert "critical 0 0 0 0 0 0 0 0 0 0 Running Pause" in page
+    assert "low 0 0 0 0 0 0 0 0 0 0 Paused Resume" in page
     body = response.content.decode()
     assert 'href="{}"'.format(admin.tasks_url("default", "dead").replace("&", "&amp;")) in body
 
@@ -187,7 +188,7 @@ def test_queues__pause_and_resume(staff: Client, insp: Inspector) -> None:
     assert notes(response) == [
         "Queue default is paused: workers take no new task from it until resumed."
     ]
-    assert "default 0 0 0 0 0 0 0 0 0 Paused Resume" in text(staff.get(QUEUES))
+    assert "default 0 0 0 0 0 0 0 0 0 0 Paused Resume" in text(staff.get(QUEUES))
 
     staff.post(queue_url("resume"))
 

@@ -187,6 +187,7 @@ def test_overview__reports_depths_counters_paused_and_workers(api: APIClient) ->
         "paused": False,
         "scheduled": 1,
         "pending": 0,
+        "parked": 0,
         "active": 2,
         "retry": 1,
         "dead": 1,

@@ -75,10 +75,10 @@ def test_stats__queues_workers_and_outbox_as_a_table_and_as_json(redis_ns: Redis
 
     lines = out.splitlines()
     assert lines[0].split() == [
-        *("QUEUE", "PAUSED", "SCHEDULED", "PENDING", "ACTIVE", "RETRY", "DEAD", "COMPLETED"),
-        *("CANCELED", "DONE", "TODAY", "FAILED", "TODAY"),
+        *("QUEUE", "PAUSED", "SCHEDULED", "PENDING", "PARKED", "ACTIVE", "RETRY", "DEAD"),
+        *("COMPLETED", "CANCELED", "DONE", "TODAY", "FAILED", "TODAY"),
     ]
-    assert lines[2].split() == ["default", "no", "0", "1", "0", "0", "1", "0", "0", "0", "1"]
+    assert lines[2].split() == ["default", "no", "0", "1", "0", "0", "0", "1", "0", "0", "0", "1"]
     assert "workers: 0 live, 0 of 0 slots busy" in out
     assert "outbox (off (JOBS['OUTBOX'])): 0 rows waiting, oldest -, 0 held" in out
     by_name = {q["name"]: q for q in data["queues"]}
