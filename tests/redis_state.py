@@ -124,10 +124,11 @@ def _hash(raw: dict[bytes, bytes], now: float) -> dict[str, Any]:
 def snapshot(ns: RedisNamespace, now: float | None = None) -> dict[str, tuple[Any, ...]]:
     """Every key under the namespace: name -> (type, content) or (type, content, ttl seconds).
 
-    Times are read against `now` (Redis' clock when not given): pass the same `now` to two
-    snapshots to compare them exactly however far apart they are read."""
+    Times and TTLs are read against `now` (Redis' clock when not given): pass the same `now` to
+    two snapshots to compare them exactly however far apart they are read."""
     client: Any = ns.client  # bytes replies
-    now = redis_now(client) if now is None else now
+    read_at = redis_now(client)
+    now = read_at if now is None else now
     out: dict[str, tuple[Any, ...]] = {}
     for key in ns.keys():
         name = key.removeprefix(f"{ns.namespace}:")
@@ -149,9 +150,10 @@ def snapshot(ns: RedisNamespace, now: float | None = None) -> dict[str, tuple[An
         else:
             raise AssertionError(f"unexpected {kind} at {key}")
         ttl = client.pttl(key)
-        out[name] = (
-            (kind, content) if ttl < 0 else (kind, content, Remaining(math.ceil(ttl / 1000)))
-        )
+        # A TTL as the seconds from `now` to the key's expiry, like the times above: two
+        # snapshots given one `now` read an unchanged TTL alike however far apart they are.
+        left = read_at + ttl / 1000 - now
+        out[name] = (kind, content) if ttl < 0 else (kind, content, Remaining(math.ceil(left)))
     return out
 
 
