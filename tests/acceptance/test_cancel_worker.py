@@ -55,7 +55,7 @@ def test_runworker__a_running_job_sees_job_canceled_and_ends_canceled(
         assert (task.attempts, task.crashes) == (0, 0), how  # not a failure: nothing spent
         # (the child logs it after the outcome is written: wait for the line, not just the state)
         line = f"{handle.id} canceled while it ran"
-        wait_until(lambda: line in worker.output(), timeout=10, why=worker.output)
+        wait_until(lambda line=line: line in worker.output(), timeout=10, why=worker.output)
         assert django_jobs.cancel(handle.id) is CancelOutcome.FINISHED
     assert canceled_tags(redis_ns) == ["return-1", "raise-1"]
     # ...by the same child, which serves on
