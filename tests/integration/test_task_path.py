@@ -3,7 +3,9 @@ to its ack, both sides together, in one direction (the enqueue runs no code of t
 child none of the client's).
 
 One enqueue in this process, and one task in a worker child's loop (run here, on this thread)
-from its fetch to its ack, traced with sys.setprofile. The plain-data modules (message, keys,
+from its fetch to its ack, traced with sys.setprofile: a child of one queue, and one of the queues
+a default worker serves (`JobsSettings.served_queues`, what runworker takes with no --queues), in
+strict priority, the task on one after the first (its fetch is then the fetch of several queues). The plain-data modules (message, keys,
 conf, exceptions) are left out; docs/concepts.rst (`task-path`) lists what remains.
 """
 
@@ -71,8 +73,9 @@ class TracedChild(Child):
 
 @pytest.mark.usefixtures("restored_signals")
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("served", ["one queue", "a default worker's queues"])
 def test_task_path__enqueue_and_the_child_cross_at_most_8_modules_in_one_direction(
-    redis_ns: RedisNamespace, settings: Any
+    redis_ns: RedisNamespace, settings: Any, served: str
 ) -> None:
     settings.JOBS = {**settings.JOBS, "MAX_TASKS_PER_CHILD": 3}
     Noop.enqueue(Number(0))  # imports and caches warm
@@ -85,7 +88,12 @@ def test_task_path__enqueue_and_the_child_cross_at_most_8_modules_in_one_directi
     def trace(on: bool) -> None:
         sys.setprofile(recorder(child_side) if on else None)
 
-    child = TracedChild(get_broker(), ["default"], SlotTable(1), 0, os.getppid(), trace=trace)
+    broker = get_broker()
+    queues = ["default"]
+    if served != "one queue":
+        queues = list(broker.settings.served_queues)
+        assert queues.index("default") > 0, queues  # the fetch of several queues, not of one
+    child = TracedChild(broker, queues, SlotTable(1), 0, os.getppid(), trace=trace)
     try:
         child.run()
     finally:
