@@ -10,7 +10,7 @@ registers them and adds the checks that need the job registry or a database.
 |                     | feature is not built yet (NOT_BUILT in conf/defaults.py)       |
 | django_jobs.E003    | REDIS_URL is not a redis://, rediss:// or unix:// URL          |
 | django_jobs.E004    | NAMESPACE is empty or holds characters that break key names    |
-| django_jobs.E005    | QUEUES is empty, not a list of names, or repeats a name        |
+| django_jobs.E005    | QUEUES is empty, not a list (or mapping) of names, or repeats one |
 | django_jobs.E006    | a duration is not a positive number of seconds or timedelta    |
 | django_jobs.E007    | a count is not a positive integer                              |
 | django_jobs.E008    | WHEN_DISABLED is not inline, skip or raise                     |
@@ -27,6 +27,8 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E042    | two flow classes share one registered name                     |
 | django_jobs.E020-27 | a bad schedule entry, named (see django_jobs.schedules.registry) |
 | django_jobs.E050    | REPLICA_ACKS_TIMEOUT is not shorter than half of ENQUEUE_TIMEOUT |
+| django_jobs.E051    | a queue's options in a QUEUES mapping are not a dict, name an  |
+|                     | unknown option, or give shards outside 1 to MAX_SHARDS (64)    |
 | django_jobs.W001    | one worker's connections reach PostgreSQL's max_connections    |
 | django_jobs.W002    | OUTBOX is on and no worker has relayed the outbox for a while  |
 | django_jobs.I001    | jobs are disabled (REDIS_URL unset): what enqueue does instead |
@@ -50,7 +52,7 @@ from django_jobs.conf import (
     raw_settings,
     settings_errors,
 )
-from django_jobs.conf.validation import error
+from django_jobs.conf.queues import error
 from django_jobs.flows import registry as flows
 from django_jobs.jobs import registry
 from django_jobs.schedules import schedule_errors

@@ -11,13 +11,34 @@ A task's record is the hash `<namespace>:{<queue>}:t:<id>`. Scripts that find id
 and append the id: the only keys built inside Lua, each in the slot of its queue's prefix, with
 the limit keys of a job type (`running`, `parked`, `rate`, `limits`: see dequeue.lua), which the
 scripts build from that prefix (or from a record's key, the prefix then `t:<id>`).
+
+A sharded queue (`JOBS["QUEUES"] = {"default": {"shards": 8}}`, broker/shards.py) is one queue
+per shard in here: its first shard is the queue itself (`{default}`), the others are named
+`<queue>#<n>` (`{default#17}`), a name no queue of QUEUES can have (`#` is not allowed in one),
+each its own slot. `logical_queue` gives back the queue of QUEUES a shard is of.
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
+
+#: What separates a queue's name from its shard's number in the name of a shard (not allowed in a
+#: queue name: conf/queues.py).
+SHARD_MARK = "#"
+
+
+def logical_queue(name: str) -> str:
+    """The queue of JOBS["QUEUES"] a queue of ours is, or is a shard of."""
+    return name.partition(SHARD_MARK)[0]
+
+
+def shard_index(text: str, count: int) -> int:
+    """Which of `count` shards `text` (an idempotency key as `<job>:<key>`) goes to: the same
+    in every process and release (CRC-32)."""
+    return zlib.crc32(text.encode()) % count if count > 1 else 0
 
 
 class State:
@@ -41,6 +62,9 @@ class QueueKeys:
 
     namespace: str
     queue: str
+    #: The shards' queue names of a sharded queue (the first is `queue`), else (): the slot an
+    #: idempotency key of a job whose home is this queue lives in is picked among them.
+    shards: tuple[str, ...] = ()
 
     @cached_property
     def prefix(self) -> str:
@@ -56,7 +80,12 @@ class QueueKeys:
         return f"{self.task_prefix}{task_id}"
 
     def idempotency(self, job_name: str, key: str) -> str:
-        """The string holding the id of the first task accepted under (job, key)."""
+        """The string holding the id of the first task accepted under (job, key); on a sharded
+        queue, in the slot of the shard the key hashes to (`shard_index`), where its tasks go
+        too (broker/shards.py)."""
+        if self.shards:
+            shard = self.shards[shard_index(f"{job_name}:{key}", len(self.shards))]
+            return f"{self.namespace}:{{{shard}}}:idem:{job_name}:{key}"
         return f"{self.prefix}:idem:{job_name}:{key}"
 
     @cached_property

@@ -32,6 +32,7 @@ from django_jobs.conf.defaults import (
     ZERO_ALLOWED,
     raw_settings,
 )
+from django_jobs.conf.queues import queue_shards
 from django_jobs.conf.validation import is_valid_count, is_valid_duration, settings_errors
 
 __all__ = [
@@ -61,6 +62,7 @@ class JobsSettings:
     #: Left out of repr: it may hold a password, and a repr reaches tracebacks and debug pages.
     redis_url: str | None = field(repr=False)
     namespace: str
+    #: JOBS["QUEUES"]'s names, in priority order (its options aside: `queue_shards`).
     queues: tuple[str, ...]
     concurrency: int
     async_concurrency: int
@@ -103,6 +105,8 @@ class JobsSettings:
     flow_unknown_grace: float
     #: Requests per user to the jobs admin API ("600/minute"), or None (django_jobs.api.throttling).
     api_throttle_rate: str | None
+    #: The shards of each queue of JOBS["QUEUES"] (1: one slot, not sharded; broker/shards.py).
+    queue_shards: dict[str, int] = field(default_factory=dict)
 
     @property
     def enabled(self) -> bool:
@@ -152,6 +156,7 @@ def get_settings() -> JobsSettings:
         elif key == "REDIS_URL":
             value = value or None
         values[key.lower()] = value
+    values["queue_shards"] = queue_shards(raw["QUEUES"])
     return JobsSettings(**values)
 
 

@@ -16,6 +16,8 @@ DEFAULTS: dict[str, Any] = {
     # Prefix of every Redis key; two projects on one Redis need two namespaces.
     "NAMESPACE": "jobs",
     # Queue names in strict priority order: the first drains before the second is looked at.
+    # Or a mapping of name -> options in that order, {"default": {"shards": 8}, ...}: a hot
+    # queue split over that many Redis Cluster slots (broker/shards.py, docs/scale.rst).
     "QUEUES": ("critical", "default", "low"),
     # Child processes per worker, each running one task at a time.
     "CONCURRENCY": 10,
@@ -152,6 +154,10 @@ COUNTS = frozenset(
         "REPLICA_ACKS",
     }
 )
+#: The options a queue of a QUEUES mapping takes, and the most shards one may have: each shard
+#: is a BLPOP per idle worker child on a Cluster, and a key per state (docs/scale.rst).
+QUEUE_OPTIONS = ("shards",)
+MAX_SHARDS = 64
 #: Keys whose value is True or False.
 FLAGS = frozenset({"ENQUEUE_ON_COMMIT", "OUTBOX"})
 WHEN_DISABLED_CHOICES = ("inline", "skip", "raise")

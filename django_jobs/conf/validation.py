@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +29,7 @@ from django_jobs.conf.defaults import (
     ZERO_ALLOWED,
     raw_settings,
 )
+from django_jobs.conf.queues import check_queues, error, is_name, queue_names
 from django_jobs.conf.redact import redact
 from django_jobs.conf.redis_url import (
     CLUSTER_SCHEME,
@@ -39,12 +39,6 @@ from django_jobs.conf.redis_url import (
 )
 
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
-#: Names used inside Redis keys: no braces (hash tags), colons (separators) or whitespace.
-NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
-
-
-def error(id_: int, msg: str, hint: str) -> Error:
-    return Error(msg, hint=hint, id=f"django_jobs.E{id_:03d}")
 
 
 def _check_redis_url(value: Any) -> list[Error]:
@@ -91,12 +85,8 @@ def _check_redis_url(value: Any) -> list[Error]:
     return []
 
 
-def _is_name(value: Any) -> bool:
-    return isinstance(value, str) and bool(NAME_RE.match(value))
-
-
 def _check_namespace(value: Any) -> list[Error]:
-    if _is_name(value):
+    if is_name(value):
         return []
     return [
         error(
@@ -105,31 +95,6 @@ def _check_namespace(value: Any) -> list[Error]:
             "Use a short name of letters, digits, '_', '-' or '.', such as 'jobs'.",
         )
     ]
-
-
-def _check_queues(value: Any) -> list[Error]:
-    hint = "Use a list of names in priority order, such as ['critical', 'default', 'low']."
-    if isinstance(value, str) or not isinstance(value, Sequence) or not value:
-        return [error(5, f"JOBS['QUEUES'] is {value!r}, not a non-empty list of names.", hint)]
-    bad = [q for q in value if not _is_name(q)]
-    if bad:
-        return [
-            error(
-                5,
-                f"JOBS['QUEUES'] holds invalid queue names: {bad!r}.",
-                "Queue names are letters, digits, '_', '-' or '.' (no ':', '{' or '}').",
-            )
-        ]
-    repeated = sorted({q for q in value if list(value).count(q) > 1})
-    if repeated:
-        return [
-            error(
-                5,
-                f"JOBS['QUEUES'] repeats {', '.join(repeated)}.",
-                "List each queue once, in priority order.",
-            )
-        ]
-    return []
 
 
 def is_valid_duration(value: Any, zero_ok: bool = False) -> bool:
@@ -209,7 +174,7 @@ def settings_errors() -> list[Error]:
             )
     errors += _check_redis_url(raw["REDIS_URL"])
     errors += _check_namespace(raw["NAMESPACE"])
-    errors += _check_queues(raw["QUEUES"])
+    errors += check_queues(raw["QUEUES"])
     errors += _check_numbers(raw)
     if raw["WHEN_DISABLED"] not in WHEN_DISABLED_CHOICES:
         errors.append(
@@ -273,8 +238,8 @@ def _check_replica_acks(raw: dict[str, Any]) -> list[Error]:
 def _check_flows(raw: dict[str, Any]) -> list[Error]:
     """FLOWS_NAMESPACE names a queue pair of its own; the replay lease outlives its renewals."""
     errors = []
-    ns, queues = raw["FLOWS_NAMESPACE"], raw["QUEUES"]
-    if not _is_name(ns):
+    ns, queues = raw["FLOWS_NAMESPACE"], queue_names(raw["QUEUES"])
+    if not is_name(ns):
         errors.append(
             error(
                 40,
@@ -282,7 +247,7 @@ def _check_flows(raw: dict[str, Any]) -> list[Error]:
                 "Use a short name of letters, digits, '_', '-' or '.', such as 'flows'.",
             )
         )
-    elif isinstance(queues, Sequence) and {ns, f"{ns}_critical"} & set(queues):
+    elif {ns, f"{ns}_critical"} & set(queues):
         errors.append(
             error(
                 40,
@@ -329,10 +294,10 @@ def _check_email(raw: dict[str, Any]) -> list[Error]:
                 "JOBS['EMAIL_BACKEND'] to the backend that really sends (SMTP, ...).",
             )
         )
-    queues = raw["QUEUES"]
+    queues = queue_names(raw["QUEUES"])
     # Checked here when set; the default is checked by the mail checks when mail is queued.
     explicit = "EMAIL_QUEUE" in getattr(django_settings, "JOBS", {})
-    if explicit and isinstance(queues, Sequence) and raw["EMAIL_QUEUE"] not in queues:
+    if explicit and queues and raw["EMAIL_QUEUE"] not in queues:
         errors.append(
             error(
                 14,

@@ -32,6 +32,7 @@ from django_jobs.conf import (
     raw_settings,
     to_seconds,
 )
+from django_jobs.conf.queues import queue_names
 from django_jobs.exceptions import UnknownJob
 from django_jobs.jobs import Job, registry
 from django_jobs.message import payload_to_json
@@ -294,9 +295,7 @@ def check_schedules(queues: tuple[str, ...]) -> tuple[dict[str, Schedule], list[
 
 def schedule_errors() -> list[Error]:
     """The system check errors of every bad schedule entry."""
-    queues = raw_settings().get("QUEUES")
-    valid = tuple(queues) if isinstance(queues, list | tuple) else ()
-    return check_schedules(valid)[1]
+    return check_schedules(tuple(queue_names(raw_settings().get("QUEUES"))))[1]
 
 
 def get_schedules() -> dict[str, Schedule]:
