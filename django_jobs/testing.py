@@ -126,7 +126,8 @@ class CaptureBackend:
                 continue
             if scoped is not None:
                 self.captured.idempotency[scoped] = s.message.id
-            message = decode(s.encoded)  # as a worker would read it: the round trip is real
+            # As a worker would read it: the round trip is real.
+            message = decode(s.encoded, s.message.id, s.message.queue)
             payload = payload_from_json(message.payload, s.job.payload_type)
             self.captured.jobs.append(EnqueuedJob(s.job, payload, message, s.delay, s.eta))
             due_later = s.delay > 0 or (s.eta is not None and s.eta > time.time())

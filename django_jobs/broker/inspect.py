@@ -294,7 +294,7 @@ class InspectCalls(ScriptCalls):
         refs = [(q, t) for slots in running for (t, q) in slots]
         messages = self._read([("HGET", self.keys(q).task(t), "msg") for q, t in refs])
         jobs = {
-            ref: None if isinstance(raw, ResponseError) else decode_message(raw)[0]
+            ref: None if isinstance(raw, ResponseError) else decode_message(raw, ref[1], ref[0])[0]
             for ref, raw in zip(refs, messages, strict=True)
         }
         return [

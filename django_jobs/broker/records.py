@@ -29,10 +29,12 @@ def parse_int(value: str | bytes | None) -> int:
         return 0
 
 
-def decode_message(raw: bytes | None) -> tuple[Message | None, str | None]:
-    """The decoded message, or None and why it cannot be decoded."""
+def decode_message(
+    raw: bytes | None, task_id: str, queue: str
+) -> tuple[Message | None, str | None]:
+    """The decoded message of task `task_id` in `queue`, or None and why it cannot be decoded."""
     try:
-        return decode(raw or b""), None
+        return decode(raw or b"", task_id, queue), None
     except DecodeError as exc:
         return None, str(exc)
 
@@ -91,7 +93,7 @@ def task_info(
             f"(written by hand?): only its start is shown"
         )
     else:
-        message, problem = decode_message(msg)
+        message, problem = decode_message(msg, task_id, queue)
     raw = f.get("msg", "")
     # An undecodable record cannot say so for sure: one whose text says so is taken at its word.
     sensitive = message.sensitive if message else SENSITIVE_MARK in raw.replace(" ", "")

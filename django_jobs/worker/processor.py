@@ -133,7 +133,7 @@ class Processor:
         if not delivery.raw and delivery.enqueued_at is None:  # nothing is left of its record
             return verdict(delivery, "?", policy.corrupt(RECORD_EVICTED))
         try:
-            message = decode(delivery.raw)
+            message = decode(delivery.raw, delivery.id, delivery.queue)
         except DecodeError as exc:
             return verdict(
                 delivery, "?", policy.corrupt(f"could not decode the task record: {exc}")

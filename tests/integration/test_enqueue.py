@@ -56,7 +56,7 @@ def test_enqueue__returns_handle_and_writes_the_message(redis_ns: RedisNamespace
     handle = SendMail.enqueue(Mail("a@example.com", {"n": 1}), max_attempts=3)
 
     record = redis_ns.client.hgetall(f"{redis_ns.namespace}:{{critical}}:t:{handle.id}")
-    message = decode(record[b"msg"])
+    message = decode(record[b"msg"], handle.id, "critical")
     assert (handle.job, handle.queue, handle.state) == (SendMail.name, "critical", "pending")
     assert SendMail.name == "tests.integration.test_enqueue.SendMail"
     assert message.payload == {"to": "a@example.com", "data": {"n": 1}, "tags": None}

@@ -75,17 +75,15 @@ def _clear_runs() -> None:
 
 
 def message(handle: JobHandle, payload: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The decoded `msg` of a task enqueued with the defaults of the test settings."""
+    """The decoded `msg` of a task enqueued with the defaults of the test settings: no id and
+    queue (its key says them), no option left at its default (message.VERSION 3)."""
     return {
-        "v": 1,
-        "id": handle.id,
+        "v": 3,
         "job": handle.job,
-        "queue": handle.queue,
         "payload": payload,
         "max_attempts": 5,
         "timeout": 300.0,
         "retention": 86400.0,
-        "idempotency_key": None,
         **fields,
     }
 
@@ -356,14 +354,14 @@ GOOD = raw_message("x", "tests.integration.test_processor.Greet", {"name": "ada"
         pytest.param({"state": "pending", "attempts": "0"}, RECORD_EVICTED, id="no_msg"),
         pytest.param({}, RECORD_EVICTED, id="no_record_at_all"),
         pytest.param(
-            {"msg": GOOD.replace('"v": 1', '"v": 3'), "state": "pending"},
-            "the task record has version 3; this worker reads 1 to 2: run the same "
+            {"msg": GOOD.replace('"v": 1', '"v": 4'), "state": "pending"},
+            "the task record has version 4; this worker reads 1 to 3: run the same "
             "django-jobs release on every worker",
             id="newer_version",
         ),
         pytest.param(
             {"msg": GOOD.replace('"v": 1, ', ""), "state": "pending"},
-            "the task record has version None; this worker reads 1 to 2: run the same "
+            "the task record has version None; this worker reads 1 to 3: run the same "
             "django-jobs release on every worker",
             id="no_version",
         ),

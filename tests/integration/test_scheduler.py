@@ -47,7 +47,7 @@ def tasks(ns: RedisNamespace) -> list[tuple[str, str | None]]:
     ids = [raw.decode() for raw in ns.client.lrange(broker.keys(Q).pending, 0, -1)][::-1]
     out = []
     for task_id in ids:
-        message = decode(ns.client.hget(broker.keys(Q).task(task_id), "msg"))
+        message = decode(ns.client.hget(broker.keys(Q).task(task_id), "msg"), task_id, Q)
         out.append((task_id, message.idempotency_key))
     return out
 

@@ -89,18 +89,18 @@ def test_a_failed_run_is_an_error_span(
     assert [e.name for e in run.events] == ["exception"]
 
 
-def test_untraced_records_stay_version_1_and_traced_ones_carry_the_context() -> None:
+def test_untraced_records_carry_no_trace_and_traced_ones_carry_the_context() -> None:
     plain = Message("a", "j", "default", {}, 1, 10.0, 0.0)
-    assert json.loads(encode(plain))["v"] == 1
+    assert json.loads(encode(plain))["v"] == 3
     assert "trace" not in json.loads(encode(plain))
-    assert decode(encode(plain)) == plain
+    assert decode(encode(plain), "a", "default") == plain
     carried = Message("a", "j", "default", {}, 1, 10.0, 0.0, trace={"traceparent": "00-ab-cd-01"})
-    assert json.loads(encode(carried))["v"] == 2
-    assert decode(encode(carried)) == carried
+    assert json.loads(encode(carried))["trace"] == {"traceparent": "00-ab-cd-01"}
+    assert decode(encode(carried), "a", "default") == carried
     with pytest.raises(DecodeError, match="trace"):
-        decode(encode(carried).replace('"00-ab-cd-01"', "5"))
-    with pytest.raises(DecodeError, match="version 3"):
-        decode(encode(plain).replace('"v":1', '"v":3'))
+        decode(encode(carried).replace('"00-ab-cd-01"', "5"), "a", "default")
+    with pytest.raises(DecodeError, match="version 4"):
+        decode(encode(plain).replace('"v":3', '"v":4'), "a", "default")
 
 
 def test_enable_without_opentelemetry_says_to_install_the_extra(
