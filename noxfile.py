@@ -95,12 +95,14 @@ def package(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize(
-    ("python", "django", "db", "worker_tests"),
+    ("python", "django", "db", "worker_tests", "database_only"),
     [
-        ("3.12", "django>=6", "postgres", WORKER_PROCESS_TESTS),
-        ("3.12", "django>=6", "sqlite", []),
-        ("3.12", "django~=6.0.0", "sqlite", DJANGO60_WORKER_TESTS),
-        ("3.11", "django~=5.2.0", "sqlite", OLDEST_WORKER_TESTS),
+        ("3.12", "django>=6", "postgres", WORKER_PROCESS_TESTS, False),
+        # The same Python and Django as the leg above: only what can differ, the tests that can
+        # touch the database (tests/conftest.py, JOBS_TESTS_DATABASE_ONLY).
+        ("3.12", "django>=6", "sqlite", [], True),
+        ("3.12", "django~=6.0.0", "sqlite", DJANGO60_WORKER_TESTS, False),
+        ("3.11", "django~=5.2.0", "sqlite", OLDEST_WORKER_TESTS, False),
     ],
     ids=[
         "py312-newest-postgres",
@@ -109,11 +111,15 @@ def package(session: nox.Session) -> None:
         "py311-django52-sqlite",
     ],
 )
-def tests(session: nox.Session, django: str, db: str, worker_tests: list[str]) -> None:
+def tests(
+    session: nox.Session, django: str, db: str, worker_tests: list[str], database_only: bool
+) -> None:
     """The pytest suite against the real Redis and the chosen database, with the leg's share of
-    WORKER_PROCESS_TESTS."""
+    WORKER_PROCESS_TESTS (and, with database_only, only the tests that can touch the database)."""
     session.install("-e", ".[dev]", django)
     env = {"DATABASE_URL": POSTGRES_URL if db == "postgres" else "sqlite:///:memory:"}
+    if database_only:
+        env["JOBS_TESTS_DATABASE_ONLY"] = "1"
     session.run("python", "-c", "import django; print('Django', django.get_version())")
     leave_out = [f"--ignore={p}" for p in WORKER_PROCESS_TESTS if p not in worker_tests]
     session.run("pytest", "-n", "2", *leave_out, *session.posargs, env=env)

@@ -29,6 +29,42 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 CLUSTER_LEG = os.environ.get("TEST_REDIS_URL", "").startswith("redis+cluster://")
 collect_ignore = [] if CLUSTER_LEG else ["cluster_leg"]
 
+#: Fixtures through which a test reaches the database (pytest-django's; item.fixturenames is the
+#: whole closure, so a fixture of ours that uses `db` counts too).
+DATABASE_FIXTURES = frozenset(
+    {
+        "_django_db_helper",
+        "db",
+        "transactional_db",
+        "django_db_reset_sequences",
+        "django_db_serialized_rollback",
+        "live_server",
+        "admin_user",
+        "admin_client",
+    }
+)
+
+
+def uses_database(item: pytest.Item) -> bool:
+    """Whether a test can touch the database: pytest-django refuses database access to any
+    other, and the acceptance tests' subprocesses (manage.py, runworker) use one of their own."""
+    if item.get_closest_marker("django_db") or item.nodeid.startswith("tests/acceptance/"):
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """JOBS_TESTS_DATABASE_ONLY=1 (the py312-newest-sqlite leg, see noxfile.py) runs only the
+    tests that can touch the database: the others run the same code on every database, and the
+    py312-newest-postgres leg runs them on this Python and Django."""
+    if os.environ.get("JOBS_TESTS_DATABASE_ONLY") != "1":
+        return
+    keep = [item for item in items if uses_database(item)]
+    dropped = [item for item in items if not uses_database(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
 
 def wait_until(
     predicate: Any, timeout: float = 10.0, interval: float = 0.01, why: Any = None
