@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.protocol import Broker, Cancellation, CancelOutcome
+from django_jobs.broker.shards import shards_for
 from django_jobs.keys import State
 
 __all__ = ["TOOK", "CancelOutcome", "TaskCalls", "cancel", "cancel_task", "said"]
@@ -32,7 +33,8 @@ def cancel_task(broker: Broker, task_id: str, queue: str | None = None) -> Cance
     trip per queue looked in); say what became of it and the state it was found in."""
     if not isinstance(task_id, str) or not task_id:
         raise ValueError(f"a task id is a non-empty str, got {task_id!r}")
-    for name in (queue,) if queue else broker.settings.known_queues:
+    queues = (queue,) if queue else broker.settings.known_queues
+    for name in shards_for(broker.settings).expand(queues):  # each shard of a sharded one
         answer = broker.cancel(name, task_id)
         if answer.outcome is not CancelOutcome.NOT_FOUND:
             return answer
@@ -54,10 +56,13 @@ class TaskCalls:
 
     def refresh(self) -> str | None:
         """Read the task's current state from Redis (None once it is gone)."""
-        state = get_broker().task_state(self.queue, self.id)
-        if state is not None:
-            self.state = state
-        return state
+        broker = get_broker()
+        for name in shards_for(broker.settings).of(self.queue):  # each shard of a sharded one
+            state = broker.task_state(name, self.id)
+            if state is not None:
+                self.state = state
+                return state
+        return None
 
     def cancel(self) -> CancelOutcome:
         """Cancel the task (see `django_jobs.cancel`); `state` becomes "canceled" when it was

@@ -38,5 +38,6 @@ def decode_cursor(cursor: str, queues: tuple[str, ...]) -> dict[str, int]:
         for queue, offset in offsets.items()
     ):
         raise InvalidCursor(InvalidCursor.__doc__)
-    # A queue missing from a cursor has been read to its end.
-    return {queue: offset for queue, offset in offsets.items() if queue in queues}
+    # A queue missing from a cursor has been read to its end. A sharded queue's offsets are its
+    # shards' ("<queue>#<n>": keys.logical_queue, not imported: one layer).
+    return {q: offset for q, offset in offsets.items() if q.partition("#")[0] in queues}

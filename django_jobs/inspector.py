@@ -10,7 +10,7 @@ action is one atomic transition like any other.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django_jobs.broker import listing
 from django_jobs.broker.info import (
@@ -24,11 +24,12 @@ from django_jobs.broker.info import (
 )
 from django_jobs.broker.listing import LIST_BYTES, TIME_FIELDS, TaskListing
 from django_jobs.broker.protocol import Broker, Deleted
+from django_jobs.broker.shards import merged, shards_for
 from django_jobs.client import get_broker
 from django_jobs.cursor import MAX_OFFSET
 from django_jobs.exceptions import TaskRunning, UnknownQueue
 from django_jobs.jobs import registry
-from django_jobs.keys import State
+from django_jobs.keys import SHARD_MARK, State, logical_queue
 from django_jobs.schedules.firing import ScheduleActions
 
 __all__ = [
@@ -80,17 +81,32 @@ class Inspector:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self._schedules = ScheduleActions(broker)
+        #: A sharded queue is one queue here, its shards (broker/shards.py) each a queue of the
+        #: broker's: counts are sums over them, an action acts on every one.
+        self.shards = shards_for(broker.settings)
 
-    def _check_queue(self, queue: str) -> None:
+    def _check_queue(self, queue: str) -> tuple[str, ...]:
+        """The queue's shards (itself unless sharded); UnknownQueue if it is not ours."""
         if queue not in self.broker.settings.known_queues:
             raise UnknownQueue(queue, self.broker.settings.known_queues)
+        return self.shards.of(queue)
+
+    def _shard_of(self, queue: str, task_id: str) -> str:
+        """The shard of queue holding the task (the queue itself unless sharded; the first
+        shard when none holds it: every read then finds nothing)."""
+        shards = self._check_queue(queue)
+        for shard in shards if len(shards) > 1 else ():
+            if self.broker.task_state(shard, task_id) is not None:
+                return shard
+        return shards[0]
 
     def _idempotency_key(self, task: TaskInfo | None) -> str | None:
         """The Redis key of the task's idempotency key (its job type's home queue's: see
         broker/handoff.py), or None (none, undecodable, gone)."""
         if not (task and task.job and task.idempotency_key):
             return None
-        home = job.idempotency_queue() if (job := registry.jobs.get(task.job)) else task.queue
+        job = registry.jobs.get(task.job)
+        home = job.idempotency_queue() if job else logical_queue(task.queue)
         return self.broker.keys(home).idempotency(task.job, task.idempotency_key)
 
     # -- reading ----------------------------------------------------------------------------
@@ -99,7 +115,7 @@ class Inspector:
         """Every configured queue in priority order, with its depths and counters; then the
         flows' pair when it holds a task or is paused (a dead flow event must be seen)."""
         settings = self.broker.settings
-        infos = self.broker.queue_infos(settings.known_queues)
+        infos = merged(self.broker.queue_infos(self.shards.expand(settings.known_queues)))
         return [i for i in infos if i.name in settings.queues or i.paused or i.holds_tasks]
 
     def tasks(
@@ -115,28 +131,37 @@ class Inspector:
 
         Order is by the state's own time, latest first unless newest_first is False: enqueued
         (pending), started (active), due (scheduled, retry), died (dead), expiry (completed).
+        A sharded queue's shards follow one another, each in that order (`list_tasks` merges
+        them on the time).
         """
-        self._check_queue(queue)
+        shards = self._check_queue(queue)
         check_state(state)
         if page < 1 or not 1 <= per_page <= MAX_PER_PAGE:
             raise ValueError(f"page must be 1 or more and per_page 1 to {MAX_PER_PAGE}")
         start = min(page - 1, MAX_OFFSET // per_page) * per_page  # past every end, not int64
-        total, ids = self.broker.state_ids(
-            queue, state, start, start + per_page - 1, newest_first=newest_first
-        )
+        total, items = 0, []
+        for shard in shards:  # from `start` on, in the shards one after the other
+            at = max(0, start - total)
+            stop = start + per_page - 1 - total
+            count, ids = self.broker.state_ids(shard, state, at, stop, newest_first=newest_first)
+            if stop >= 0 and ids:
+                items += self.broker.task_rows(shard, ids, state, budget=LIST_BYTES)
+            total += count
         return TaskPage(
-            items=tuple(self.broker.task_rows(queue, ids, state, budget=LIST_BYTES)),
+            items=tuple(_logical(info) for info in items),
             total=total,
             page=page,
             per_page=per_page,
-            has_next=start + len(ids) < total,
+            has_next=start + per_page < total,
         )
 
     def task(self, queue: str, task_id: str) -> TaskInfo | None:
         """Return one task in full, or None if it is not in this queue (any more)."""
-        self._check_queue(queue)
-        (info,) = self.broker.task_infos(queue, [task_id])
-        return info
+        for shard in self._check_queue(queue):
+            (info,) = self.broker.task_infos(shard, [task_id])
+            if info is not None:
+                return _logical(info)
+        return None
 
     def find(self, task_id: str) -> TaskInfo | None:
         """Return a task from whichever queue of ours holds it, or None."""
@@ -150,11 +175,12 @@ class Inspector:
         """The queue of each of ids found in a queue of ours (ids in none are left out), one
         round trip per queue at most: what an action on tasks listed from every queue needs."""
         found: dict[str, str] = {}
-        for queue in self.broker.settings.known_queues:
+        for queue in self.shards.expand(self.broker.settings.known_queues):
             left = [task_id for task_id in ids if task_id not in found]
             if not left:
                 break
-            found.update((info.id, queue) for info in self.broker.task_rows(queue, left, ""))
+            rows = self.broker.task_rows(queue, left, "")
+            found.update((info.id, logical_queue(queue)) for info in rows)
         return found
 
     def workers(self) -> list[WorkerInfo]:
@@ -182,10 +208,12 @@ class Inspector:
         records and LIST_BYTES, then stops even if the page is not full, and says where to go
         on from: `offsets` is None for the first page, else the next_offsets of the previous
         answer. Tasks entering or leaving the state between calls shift the offsets."""
-        return listing.list_tasks(
-            self.broker, state, queues, offsets=offsets, job=job, key_contains=key_contains,
-            per_page=per_page, newest_first=newest_first, chunk=chunk, budget=budget,
+        found = listing.list_tasks(
+            self.broker, state, self.shards.expand(queues), offsets=offsets, job=job,
+            key_contains=key_contains, per_page=per_page, newest_first=newest_first, chunk=chunk,
+            budget=budget,
         )  # fmt: skip
+        return replace(found, items=[_logical(info) for info in found.items])
 
     # -- acting -----------------------------------------------------------------------------
 
@@ -194,9 +222,9 @@ class Inspector:
 
         A dead task starts again with a fresh budget of attempts and crashes.
         """
-        self._check_queue(queue)
-        state = self.broker.task_state(queue, task_id)
-        return state is not None and may_retry(state) and self.broker.run_now(queue, task_id, state)
+        shard = self._shard_of(queue, task_id)
+        state = self.broker.task_state(shard, task_id)
+        return state is not None and may_retry(state) and self.broker.run_now(shard, task_id, state)
 
     def delete(self, queue: str, task_id: str) -> bool:
         """Delete a task not running, or a broken record (`discard`); False if gone (or moved).
@@ -205,16 +233,16 @@ class Inspector:
         be enqueued again with the same key at once, inside its window. Raises TaskRunning if
         the task is running: wait until it finishes.
         """
-        self._check_queue(queue)
+        shard = self._shard_of(queue, task_id)
         # The task may move between this read and the script (a worker took it, the forwarder
         # moved it); the script then answers MOVED and one more read catches up with it.
         for _ in range(2):
-            task = next(iter(self.broker.task_rows(queue, [task_id], "")), None)  # no traceback
+            task = next(iter(self.broker.task_rows(shard, [task_id], "")), None)  # no traceback
             if task is None or task.state not in State.ALL:  # gone, not a hash, or no state
-                return self.broker.discard(queue, task_id)
+                return self.broker.discard(shard, task_id)
             if task.state == State.ACTIVE:
                 raise TaskRunning(task_id, queue)
-            reply = self.broker.delete(queue, task_id, task.state, self._idempotency_key(task))
+            reply = self.broker.delete(shard, task_id, task.state, self._idempotency_key(task))
             if reply is Deleted.RUNNING:
                 raise TaskRunning(task_id, queue)
             if reply is not Deleted.MOVED:
@@ -225,34 +253,36 @@ class Inspector:
         self,
         queue: str,
         state: str,
-        act: Callable[[list[str]], tuple[int, int]],
+        act: Callable[[str, list[str]], tuple[int, int]],
         on_batch: Callable[[int], None] | None = None,
     ) -> int:
         """Hand the ids of the queue's tasks in state (only those there at the start) to act,
-        BATCH_SIZE at a time, oldest first; act answers how many it acted on and left in the
-        state, on_batch (a progress bar) how many each batch visited. Returns how many acted on."""
-        self._check_queue(queue)
-        done = kept = 0
-        left: int | None = None
-        while left is None or left > 0:
-            size = BATCH_SIZE if left is None else min(left, BATCH_SIZE)
-            total, ids = self.broker.state_ids(
-                queue, state, kept, kept + size - 1, newest_first=False
-            )
-            left = total if left is None else left
-            if not ids:
-                break
-            acted, stayed = act(ids)
-            done, kept, left = done + acted, kept + stayed, left - len(ids)
-            if on_batch is not None:
-                on_batch(len(ids))
+        with their shard (the queue itself unless sharded), BATCH_SIZE at a time, oldest first;
+        act answers how many it acted on and left in the state, on_batch (a progress bar) how
+        many each batch visited. Returns how many acted on."""
+        done = 0
+        for shard in self._check_queue(queue):
+            kept = 0
+            left: int | None = None
+            while left is None or left > 0:
+                size = BATCH_SIZE if left is None else min(left, BATCH_SIZE)
+                total, ids = self.broker.state_ids(
+                    shard, state, kept, kept + size - 1, newest_first=False
+                )
+                left = total if left is None else left
+                if not ids:
+                    break
+                acted, stayed = act(shard, ids)
+                done, kept, left = done + acted, kept + stayed, left - len(ids)
+                if on_batch is not None:
+                    on_batch(len(ids))
         return done
 
     def retry_all_dead(self, queue: str, on_batch: Callable[[int], None] | None = None) -> int:
         """Run every dead task of the queue now, BATCH_SIZE at a time; return how many ran."""
 
-        def run(ids: list[str]) -> tuple[int, int]:  # run_now takes every id out, even gone ones
-            return sum(self.broker.run_now(queue, task_id, State.DEAD) for task_id in ids), 0
+        def run(shard: str, ids: list[str]) -> tuple[int, int]:  # every id out, even gone ones
+            return sum(self.broker.run_now(shard, task_id, State.DEAD) for task_id in ids), 0
 
         return self._each(queue, State.DEAD, run, on_batch)
 
@@ -267,10 +297,10 @@ class Inspector:
         if state == State.ACTIVE:
             raise ValueError("Running (active) tasks cannot be purged: they finish or time out.")
 
-        def remove(ids: list[str]) -> tuple[int, int]:
-            tasks = self.broker.task_rows(queue, ids, state)  # every id: listed
+        def remove(shard: str, ids: list[str]) -> tuple[int, int]:
+            tasks = self.broker.task_rows(shard, ids, state)  # every id: listed
             replies = [
-                self.broker.delete(queue, task_id, state, self._idempotency_key(task))
+                self.broker.delete(shard, task_id, state, self._idempotency_key(task))
                 for task_id, task in zip(ids, tasks, strict=True)
             ]
             # Every id visited has left the state: deleted, gone, or moved on meanwhile (a worker,
@@ -281,14 +311,15 @@ class Inspector:
         return self._each(queue, state, remove, on_batch)
 
     def pause(self, queue: str) -> None:
-        """Stop workers from taking tasks from the queue; running tasks finish."""
-        self._check_queue(queue)
-        self.broker.pause(queue)
+        """Stop workers from taking tasks from the queue (every shard of it); running tasks
+        finish."""
+        for shard in self._check_queue(queue):
+            self.broker.pause(shard)
 
     def resume(self, queue: str) -> None:
-        """Let workers take tasks from a paused queue again."""
-        self._check_queue(queue)
-        self.broker.resume(queue)
+        """Let workers take tasks from a paused queue (every shard of it) again."""
+        for shard in self._check_queue(queue):
+            self.broker.resume(shard)
 
     # -- schedules (the rules in django_jobs.schedules.firing) ------------------------------
 
@@ -317,6 +348,11 @@ class Inspector:
     def resume_schedule(self, name: str) -> None:
         """Let a paused schedule fire again, from its next fire time. Raises UnknownSchedule."""
         self._schedules.resume(name)
+
+
+def _logical(info: TaskInfo) -> TaskInfo:
+    """A task as users see it: on its queue, not on a shard of it."""
+    return replace(info, queue=logical_queue(info.queue)) if SHARD_MARK in info.queue else info
 
 
 def get_inspector() -> Inspector:

@@ -86,10 +86,11 @@ class Shards:
         return self.names.get(queue, (queue,))
 
     def expand(self, queues: Sequence[str]) -> tuple[str, ...]:
-        """Queues of ours as the queues in Redis to serve, in the same priority order."""
+        """Queues of ours as the queues in Redis to serve, in the same priority order (shards
+        already among them kept once: expanding twice changes nothing)."""
         if not self.names:
             return tuple(queues)
-        return tuple(name for queue in queues for name in self.of(queue))
+        return tuple(dict.fromkeys(name for queue in queues for name in self.of(queue)))
 
     def levels(self, queues: Sequence[str]) -> tuple[int, ...]:
         """The priority level of each of queues (expanded): the shards of a queue share one."""
@@ -151,3 +152,14 @@ def merged(infos: Sequence[QueueInfo]) -> list[QueueInfo]:
         sums = {count: sum(getattr(info, count) for info in shards) for count in COUNTS}
         out.append(replace(shards[0], name=name, paused=any(i.paused for i in shards), **sums))
     return out
+
+
+_built: list[tuple[JobsSettings, Shards]] = []
+
+
+def shards_for(settings: JobsSettings) -> Shards:
+    """The Shards of one JOBS setting, built once (the settings object is new when JOBS is:
+    the last one is kept)."""
+    if not _built or _built[0][0] is not settings:
+        _built[:] = [(settings, Shards(settings))]
+    return _built[0][1]

@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from django_jobs.broker.factory import get_broker
+from django_jobs.broker.shards import merged, shards_for
 from django_jobs.exceptions import BrokerUnavailable, JobsDisabled
 from django_jobs.metrics.worker import require
 
@@ -32,7 +33,10 @@ class QueuesCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         broker = get_broker()
-        infos = broker.queue_infos(list(broker.settings.served_queues))
+        # A sharded queue is one queue here: the sums over its shards (broker/shards.py).
+        infos = merged(
+            broker.queue_infos(shards_for(broker.settings).expand(broker.settings.served_queues))
+        )
         tasks = GaugeMetricFamily(
             "django_jobs_queue_tasks", "Tasks in a queue, per state.", labels=["queue", "state"]
         )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from django_jobs.broker.protocol import Action, Verdict
+from django_jobs.keys import logical_queue
 from django_jobs.metrics import hook
 
 INSTALL_HINT = (
@@ -73,19 +74,19 @@ class PrometheusRecorder:
     def finished(self, verdict: Verdict, written: bool) -> None:
         if not written:
             return
-        v = verdict
+        v, queue = verdict, logical_queue(verdict.queue)  # a queue of ours, not its shard
         if v.action is Action.ACK:
-            self.completed.labels(v.job, v.queue).inc()
+            self.completed.labels(v.job, queue).inc()
         elif v.action is Action.RETRY:
-            self.retried.labels(v.job, v.queue).inc()
+            self.retried.labels(v.job, queue).inc()
         elif v.action is Action.CANCEL:
-            self.canceled.labels(v.job, v.queue).inc()
+            self.canceled.labels(v.job, queue).inc()
         else:
-            self.dead.labels(v.job, v.queue).inc()
+            self.dead.labels(v.job, queue).inc()
         if v.action is not Action.ACK and v.spend:
-            self.failed.labels(v.job, v.queue).inc()
+            self.failed.labels(v.job, queue).inc()
         if v.attempt:  # a run happened (not a corrupt record, nor an unknown job's bounce)
-            self.run_seconds.labels(v.job, v.queue).observe(v.duration)
+            self.run_seconds.labels(v.job, queue).observe(v.duration)
 
     def crashed(self, job: str, queue: str) -> None:
         self.crashes.labels(job, queue).inc()

@@ -21,6 +21,7 @@ from django.tasks.signals import task_enqueued
 
 from django_jobs.broker.factory import get_broker
 from django_jobs.broker.results import RunRecord, locate, read
+from django_jobs.broker.shards import shards_for
 from django_jobs.client import Options, enqueue
 from django_jobs.conf import get_settings, settings_errors, to_seconds
 from django_jobs.exceptions import JobsDisabled
@@ -136,7 +137,8 @@ class JobsBackend(BaseTaskBackend):
             broker = get_broker()
         except JobsDisabled as exc:
             raise TaskResultDoesNotExist(f"{result_id}: {exc}") from None
-        queue = locate(broker, get_settings().queues, str(result_id))
+        queues = shards_for(broker.settings).expand(get_settings().queues)  # each shard
+        queue = locate(broker, queues, str(result_id))
         if queue is None:
             raise TaskResultDoesNotExist(result_id)
         (info,) = broker.task_infos(queue, [result_id])

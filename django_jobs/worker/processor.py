@@ -23,10 +23,11 @@ from django_jobs import tracing
 from django_jobs.broker.limits import dequeue_args
 from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.redis import RedisBroker
+from django_jobs.broker.shards import shards_for
 from django_jobs.exceptions import UnknownJob
 from django_jobs.execution import run_job
 from django_jobs.jobs import Job, JobContext, registry
-from django_jobs.keys import State
+from django_jobs.keys import State, logical_queue
 from django_jobs.message import RECORD_EVICTED, DecodeError, Message, decode, payload_from_json
 from django_jobs.metrics import hook
 from django_jobs.worker import policy
@@ -80,7 +81,8 @@ class Processor:
         self.hygiene = hygiene
         self.guard = guard
         self.settings = broker.settings
-        self.queues = tuple(queues or self.settings.queues)
+        #: As the broker has them: a sharded queue's shards (broker/shards.py).
+        self.queues = shards_for(self.settings).expand(queues or self.settings.queues)
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         # Every fetch of this process holds the limits of the job types it knows.
         broker.limit_args = dequeue_args(registry.limits())
@@ -94,7 +96,7 @@ class Processor:
         """Run a task handed out by dequeue and write its outcome."""
         verdict = self.decide(delivery)
         if verdict is None:
-            return Outcome(delivery.id, "", delivery.queue, "stale")
+            return Outcome(delivery.id, "", logical_queue(delivery.queue), "stale")
         return outcome(verdict, self.broker.write(verdict))
 
     def decide(self, delivery: Delivery) -> Verdict | None:
@@ -113,7 +115,7 @@ class Processor:
                     ran = run_job(job, run.payload, run.context, hygiene=self.hygiene)
                 else:
                     with tracing.running(
-                        job.name, delivery.id, delivery.queue, number, message.trace
+                        job.name, delivery.id, logical_queue(delivery.queue), number, message.trace
                     ):
                         ran = run_job(job, run.payload, run.context, hygiene=self.hygiene)
         except Exception as exc:
@@ -133,7 +135,7 @@ class Processor:
         if not delivery.raw and delivery.enqueued_at is None:  # nothing is left of its record
             return verdict(delivery, "?", policy.corrupt(RECORD_EVICTED))
         try:
-            message = decode(delivery.raw, delivery.id, delivery.queue)
+            message = decode(delivery.raw, delivery.id, logical_queue(delivery.queue))
         except DecodeError as exc:
             return verdict(
                 delivery, "?", policy.corrupt(f"could not decode the task record: {exc}")
@@ -162,7 +164,7 @@ class Processor:
             job_id=delivery.id,
             attempt=number,
             crashes=delivery.crashes,
-            queue=delivery.queue,
+            queue=logical_queue(delivery.queue),  # the queue of ours, not its shard
             deadline=time.time() + message.timeout,
             idempotency_key=message.idempotency_key,
             worker_id=self.worker_id,
@@ -172,7 +174,8 @@ class Processor:
     def start(self, run: Run) -> float:
         """Count the run's start (metrics); return its start time (monotonic)."""
         if hook.recorder is not None:
-            hook.recorder.started(run.message.job, run.delivery.queue, run.delivery.enqueued_at)
+            queue = logical_queue(run.delivery.queue)
+            hook.recorder.started(run.message.job, queue, run.delivery.enqueued_at)
         return time.monotonic()
 
     def conclude(self, run: Run, decision: Decision, started: float) -> Verdict | None:
@@ -221,7 +224,7 @@ def write_decision(broker: RedisBroker, delivery: Delivery, decision: Decision) 
     if d.fate is Fate.REQUEUE:
         state = broker.requeue(delivery, crash=d.crash, reason=d.error)
         if d.crash and state is not None and hook.recorder is not None:
-            hook.recorder.crashed(hook.job_of(broker, delivery), delivery.queue)
+            hook.recorder.crashed(hook.job_of(broker, delivery), logical_queue(delivery.queue))
         return state
     if d.fate is Fate.RETRY:
         written = broker.retry(delivery, d.delay, d.error, d.traceback, spend=d.spend)
@@ -247,11 +250,11 @@ STATES = {Action.ACK: State.COMPLETED, Action.RETRY: State.RETRY, Action.KILL: S
 def outcome(verdict: Verdict, written: bool) -> Outcome:
     """Log one line for a run's outcome and return it ("stale" if it was not written)."""
     log_outcome(verdict, written)
-    v = verdict
+    v, queue = verdict, logical_queue(verdict.queue)
     if not written:
-        return Outcome(v.task_id, v.job, v.queue, "stale")
+        return Outcome(v.task_id, v.job, queue, "stale")
     return Outcome(
-        v.task_id, v.job, v.queue, STATES[v.action], "" if v.action is Action.ACK else v.error
+        v.task_id, v.job, queue, STATES[v.action], "" if v.action is Action.ACK else v.error
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from django_jobs.broker import handoff
 from django_jobs.broker.redis import RedisBroker
+from django_jobs.broker.shards import shards_for
 from django_jobs.jobs import registry
 from django_jobs.worker.loop import Component
 
@@ -50,6 +51,7 @@ class Recoverer(Component):
                     break
         homes = {*self.broker.settings.known_queues}
         homes.update(job.idempotency_queue() for job in registry.jobs.values())
-        for home in sorted(homes):
+        # A sharded home keeps its keys' hand-offs in the shard each key hashes to (keys.py).
+        for home in shards_for(self.broker.settings).expand(sorted(homes)):
             while self.broker.finish_handoffs(home) >= handoff.BATCH:
                 pass

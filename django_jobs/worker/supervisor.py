@@ -40,7 +40,9 @@ from types import FrameType
 
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
+from django_jobs.broker.shards import shards_for
 from django_jobs.exceptions import BrokerUnavailable
+from django_jobs.keys import logical_queue
 from django_jobs.worker import child, children, policy
 from django_jobs.worker.backlog import Backlog
 from django_jobs.worker.cancels import Cancels
@@ -81,7 +83,8 @@ class Supervisor:
     ) -> None:
         self.broker = broker
         self.settings = broker.settings
-        self.queues = tuple(queues)
+        #: The queues served, as the broker has them: a sharded queue's shards (broker/shards.py).
+        self.queues = shards_for(self.settings).expand(queues)
         self.concurrency = concurrency
         self.burst = burst
         self.shutdown_timeout = (
@@ -123,7 +126,7 @@ class Supervisor:
         return {
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "queues": ",".join(self.queues),
+            "queues": ",".join(dict.fromkeys(map(logical_queue, self.queues))),
             # Tasks at once, as the admin and the API show it beside the tasks it runs.
             "concurrency": self.table.size,
             "async_concurrency": self.per_child,
