@@ -10,6 +10,10 @@ delta again is a completed task's, kept with the default RETENTION (24 h). For e
 `MEMORY USAGE` of one task record and of the state's structure over N, the record's encoding,
 and its fields' sizes: where the bytes go.
 
+The hot path's commands: the same tasks drained the way a worker child does (`settle`: the
+ack of the last task and the fetch of the next in one ack_dequeue call each), with
+`INFO commandstats` reset first; the commands Redis ran inside the scripts, per job.
+
 Worker: `runworker --concurrency 10` and `celery worker -P prefork -c 10` (Celery's venv from
 `python -m bench`, when it exists), each idle after 200 no-op jobs ran; per process, RSS and
 PSS (/proc/<pid>/smaps_rollup; PSS splits each shared page among its sharers), the tree's sum,
@@ -135,6 +139,45 @@ def redis_side(count: int, listpack_value: int | None = None) -> None:
         )
 
 
+def hot_path(count: int) -> None:
+    """The commands inside the ack-and-fetch script per job (INFO commandstats)."""
+    from django.test.utils import override_settings
+
+    from django_jobs.broker.protocol import Action, Verdict
+    from django_jobs.client import get_broker
+
+    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    with private_redis() as url, override_settings(JOBS={"REDIS_URL": url, "NAMESPACE": namespace}):
+        probe = redis.Redis.from_url(url)
+        broker = get_broker()
+        KiloJob.enqueue_many([Kilo("x" * PAYLOAD_BYTES) for _ in range(count + 1)])
+        held = broker.dequeue([QUEUE])  # scripts loaded: then the count starts
+        probe.config_resetstat()
+        jobs = 0
+        while held is not None:
+            ack = Verdict(held.id, QUEUE, held.epoch, KiloJob.name, Action.ACK, retention=86400)
+            _, fetched = broker.settle([ack], [QUEUE], 1)
+            held = fetched[0] if fetched else None
+            jobs += 1
+        stats = {
+            name.removeprefix("cmdstat_"): int(value["calls"])
+            for name, value in probe.info("commandstats").items()
+        }
+        scripts = stats.pop("evalsha", 0)
+        inner = {name: calls for name, calls in stats.items() if name not in NOT_INNER}
+        print(
+            f"\nThe hot path, {jobs:,} jobs acked and fetched one at a time (settle): "
+            f"{scripts / jobs:.2f} script calls and {sum(inner.values()) / jobs:.2f} commands "
+            f"inside them a job:"
+        )
+        ranked = sorted(inner.items(), key=lambda item: -item[1])
+        print("  " + ", ".join(f"{name} {calls / jobs:.2f}" for name, calls in ranked))
+
+
+#: The commands of the client and the bench itself, not of the scripts.
+NOT_INNER = {"info", "config|resetstat", "client|id", "client|setinfo", "hello", "script|load"}
+
+
 def smaps(pid: int) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
@@ -209,6 +252,7 @@ def main() -> None:
     redis_side(count)
     print()
     redis_side(count, listpack_value=2048)  # what a listpack record would cost
+    hot_path(count)
     worker_side(args.venvs, 200)
 
 

@@ -290,8 +290,8 @@ local function shelve(key, id, canceled, default, now)
     redis.call('DEL', key)
     return
   end
+  redis.call('HDEL', key, 'next_at', 'receipt')  -- a run's fetch receipt ends with it
   redis.call('HSET', key, 'state', 'canceled', 'canceled_at', stamp(now))
-  redis.call('HDEL', key, 'next_at')
   redis.call('ZADD', canceled, now + retention, id)
 end
 -- unwanted(key, id, default): the run of task `id` (record `key`, <ns>:{<q>}:t:<id>, out of

@@ -19,6 +19,8 @@
 --          number is skipped, not an error.
 -- A record gone is a replay too: with retention 0 the first call deleted it (an active task's
 -- record is never deleted otherwise). A run holding a concurrency slot gives it back (`release`).
+-- The fetch's `receipt` is deleted, as by every script that ends a run (give_back reads it only
+-- in an active record).
 local stale, limited = held(KEYS[1], ARGV[2], 'completed', 1)
 if stale ~= true then
   return stale
@@ -41,6 +43,9 @@ if retention > 0 then
     end
     return bad
   end
+  -- The receipt goes first: a record kept has no use for it (give_back reads active ones), and
+  -- eight fields fit the hash table a record starts with, where a ninth would double it.
+  redis.call('HDEL', KEYS[1], 'receipt')
   redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', stamp(now))
 else
   local bad = take(KEYS[2], KEYS[3], id)

@@ -30,9 +30,9 @@ if ARGV[5] == '1' then
   bump(KEYS[1], 'attempts')
 end
 count(KEYS[5], ARGV[6])
+redis.call('HDEL', KEYS[1], 'next_at', 'receipt')  -- the fetch's receipt ends with the run
 redis.call('HSET', KEYS[1], 'state', 'dead', 'error', ARGV[3], 'traceback', ARGV[4],
   'failed_at', stamp(now), 'died_at', stamp(now))
-redis.call('HDEL', KEYS[1], 'next_at')
 redis.call('ZADD', KEYS[4], now, id)
 if limited then
   release(KEYS[1], id, limited)

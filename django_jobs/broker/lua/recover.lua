@@ -75,6 +75,7 @@ for _, id in ipairs(ids) do
     -- bump: a record written by hand with non-numeric fields must not stop the sweep
     -- half-way, with the task already out of lease and active.
     bump(key, 'epoch')
+    redis.call('HDEL', key, 'receipt')  -- the fetch's receipt ends with the run
     local f = redis.call('HMGET', key, 'limited', 'cancel_requested_at')
     if f[1] then
       release(key, id, f[1])

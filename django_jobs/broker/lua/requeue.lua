@@ -30,6 +30,7 @@ if bad then
   return bad
 end
 bump(KEYS[1], 'epoch')
+redis.call('HDEL', KEYS[1], 'receipt')  -- the fetch's receipt ends with the run
 -- A clean hand-back (the run did not go on: a strict-priority fetch handing back what it took
 -- out of order, a worker stopping) gives back the start its dequeue counted against its job
 -- type's rate_limit (`unrate`).

@@ -42,10 +42,12 @@ if ARGV[6] == '1' then
   bump(KEYS[1], 'attempts')
   count(KEYS[5], ARGV[7])
 end
+-- The fetch's receipt ends with the run (give_back reads it only in an active record).
 if ARGV[8] == '1' then
+  redis.call('HDEL', KEYS[1], 'receipt')
   redis.call('HSETNX', KEYS[1], 'first_unknown_at', stamp(now))
 else
-  redis.call('HDEL', KEYS[1], 'first_unknown_at')
+  redis.call('HDEL', KEYS[1], 'first_unknown_at', 'receipt')
 end
 redis.call('HSET', KEYS[1], 'state', 'retry', 'error', ARGV[4], 'traceback', ARGV[5],
   'failed_at', stamp(now), 'next_at', stamp(due))
