@@ -33,7 +33,6 @@ from redis.exceptions import MovedError, ResponseError
 from django_jobs.broker.connection import UNBLOCK_TIMEOUT
 from django_jobs.broker.fetch import FetchCalls
 from django_jobs.broker.protocol import Delivery
-from django_jobs.exceptions import BrokerRefused
 
 #: Seconds a child waits for its BLPOPs' answers past their own timeout (Redis answers nil then).
 MARGIN = 1.0
@@ -51,9 +50,6 @@ class ClusterWait(FetchCalls):
         self._wait_ids: dict[int, int] = {}
         #: A BLPOP's error reply in this wait (a wake key of another type), if any.
         self._wait_error: ResponseError | None = None
-
-    def _wrong_wake_key(self, queues: Sequence[str], error: ResponseError) -> BrokerRefused:
-        raise NotImplementedError  # RedisBroker's
 
     def _wait_connection(self, queue: str, node: ClusterNode) -> Any:
         if self._waits_pid != os.getpid():  # a forked child opens its own

@@ -254,6 +254,30 @@ class ScriptCalls:
                 raise reply
         return replies
 
+    def _send(
+        self, commands: list[tuple[Any, ...]], names: list[str | None], *, own: bool
+    ) -> list[Any]:
+        """Send a fetch's commands (a dequeue among them: never replayed) in one round trip,
+        replies as bytes, errors as values; run again those of the script calls Redis had
+        forgotten the script of (names: each command's script, None for a plain command)."""
+        replies = self._round_trip(commands, own=own, replayable=False)
+        for reply in replies:  # a loop, not a generator: the hot path
+            if isinstance(reply, NoScriptError):
+                return self._reload(commands, names, replies)
+        return replies
+
+    def _reload(
+        self, commands: list[tuple[Any, ...]], names: list[str | None], replies: list[Any]
+    ) -> list[Any]:
+        """Run again, one by one, the script calls Redis had forgotten the script of (a
+        restart, SCRIPT FLUSH: they did not run)."""
+        for index, reply in enumerate(replies):
+            name = names[index]
+            if isinstance(reply, NoScriptError) and name is not None:
+                self.client.script_load(self.scripts[name].script)
+                (replies[index],) = self._round_trip([commands[index]], own=False, replayable=False)
+        return replies
+
     def _round_trip(
         self, commands: Sequence[tuple[Any, ...]], *, own: bool, replayable: bool = True
     ) -> list[Any]:

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -88,3 +90,13 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
         f"Redis at {url} refused the call ({text}). Retry later; if it persists, look at the "
         f"Redis server's log and configuration."
     )
+
+
+def partly_enqueued(url: str, failed: Sequence[ResponseError], total: int) -> BrokerRefused:
+    """The error of an enqueue of total tasks, one script call each, of which failed were
+    refused (the others may have gone in): the first refusal's, saying how many went in."""
+    done = total - len(failed)
+    outcome = NOTHING_ENQUEUED
+    if done:
+        outcome = f"{done} of these {total} tasks were enqueued, the rest were not"
+    return refused(url, failed[0], outcome=outcome)

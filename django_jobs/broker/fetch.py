@@ -19,10 +19,14 @@ or when the last task is gone (measured: tests/integration/test_fetch_rounds.py,
 docs/scale-redis.rst), and the ack of the task before rides along (`ack_dequeue`, one script
 call, when its queue is the lead).
 On a Cluster the commands of a round trip go to every node at once (cluster.ClusterWire): still
-one round trip of latency. With one queue, a fetch is the single dequeue call it always was,
-and none of this module runs: RedisBroker.fetch makes it (`_fetch_one`, in redis.py).
+one round trip of latency. With one queue, a fetch is the single dequeue call it always was.
 
-The lead is kept per list of queues, in this process (a worker child's own fetches).
+The first round trip is RedisBroker's (`_fetch_several`, in redis.py, beside the fetch of one
+queue: the code a task runs through), and so is the fetch when it settles there; the rounds
+after it are this module's (`_fetch_rounds`), as are a fetch's hand-backs when it fails, the
+warnings about keys of another type, and the fetches of the supervisor and the inline modes
+(`dequeue`, `dequeue_many`). The lead is kept per list of queues, in this process (a worker
+child's own fetches).
 """
 
 from __future__ import annotations
@@ -33,11 +37,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 
 from django_jobs.broker.cluster import PartlyAnswered
-from django_jobs.broker.connection import ScriptCalls
+from django_jobs.broker.connection import ScriptCalls, refused, wrong_key
 from django_jobs.broker.protocol import Delivery
+from django_jobs.exceptions import BrokerRefused
 
 #: Why a task taken out of the queues' order goes back (its requeue's reason, never shown: it
 #: goes back to pending, not to dead).
@@ -58,9 +63,28 @@ Call = tuple[str, list[str], list[Any]]
 READY = 2
 
 
+def _time(name: str, value: bytes) -> tuple[float | None, str]:
+    """A time field of a task record, and the problem with it ("" when there is none)."""
+    if not value:
+        return None, ""
+    try:
+        return float(value), ""
+    except ValueError:
+        return None, f"{name} is not a number: {value.decode(errors='replace')!r}"
+
+
+def times(enqueued: bytes, unknown: bytes) -> tuple[float | None, float | None, str]:
+    """A delivery's enqueued_at and first_unknown_at when one is not a number, and the problem
+    (RedisBroker._deliveries reads the common case inline)."""
+    enqueued_at, problem = _time("enqueued_at", enqueued)
+    first_unknown_at, unknown_problem = _time("first_unknown_at", unknown)
+    return enqueued_at, first_unknown_at, problem or unknown_problem
+
+
 class FetchCalls(ScriptCalls):
-    """The fetch of RedisBroker (see the module); the dequeue script's keys and replies are
-    RedisBroker's (`_dequeue_call`, `_deliveries`)."""
+    """The fetch of RedisBroker off its hot path (see the module); the dequeue script's keys
+    and replies, and the first round trip, are RedisBroker's (`_dequeue_call`, `_deliveries`,
+    `_fetch_several`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -72,15 +96,8 @@ class FetchCalls(ScriptCalls):
         #: pending tasks are not taken as ready: they are skipped, as the dequeue script
         #: skips them, instead of handing back other queues' tasks for them on every fetch.
         self._broken_until: dict[str, float] = {}
-
-    def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
-        raise NotImplementedError
-
-    def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
-        raise NotImplementedError
-
-    def _requeue_call(self, delivery: Delivery, crash: bool, reason: str) -> Call:
-        raise NotImplementedError
+        #: Keys of another type than ours that dequeue reported last, each warned about once.
+        self._broken: frozenset[str] = frozenset()
 
     def fetch(
         self,
@@ -92,83 +109,94 @@ class FetchCalls(ScriptCalls):
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """RedisBroker.fetch (its arguments and replies) from several queues (see the module):
-        `first` is the lead queue's index to start from (an idle wait woken by that queue)."""
-        order = tuple(queues)
-        at = self._leads.get(order, 0) if first is None else first
-        now = time.monotonic() if self._broken_until else 0.0
-        broken = {i for i, q in enumerate(queues) if self._broken_until.get(q, 0.0) > now}
-        if broken and at in broken and len(broken) < len(queues):
-            at = min(set(range(len(queues))) - broken)
-        pre = [*lead, *(self._command(call) for call in before)]
-        names: list[str | None] = [None] * len(lead) + [call[0] for call in before]
-        # The ack of the task before, and the dequeue of its own queue: one script call.
-        ack = before[-1] if before and before[-1][0] == "ack" else None
+        raise NotImplementedError  # RedisBroker's (the hot path)
+
+    def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
+        raise NotImplementedError
+
+    def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
+        raise NotImplementedError
+
+    def _checks(
+        self, order: tuple[str, ...], at: int, full: bool, broken: set[int]
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        raise NotImplementedError
+
+    def _requeue_call(self, delivery: Delivery, crash: bool, reason: str) -> Call:
+        raise NotImplementedError
+
+    def dequeue(self, queues: Sequence[str]) -> Delivery | None:
+        """Move the oldest pending task of the first non-empty, unpaused queue to active."""
+        deliveries = self.dequeue_many(queues, 1)
+        return deliveries[0] if deliveries else None
+
+    def dequeue_many(self, queues: Sequence[str], count: int) -> list[Delivery]:
+        """Move up to count pending tasks to active, queues in strict priority order (one
+        dequeue call per queue: see the module)."""
+        with self.unavailable():
+            _, deliveries, failed = self.fetch(queues, count, own=False)
+            if failed is not None:
+                raise failed
+        return deliveries
+
+    def _fetch_rounds(
+        self,
+        order: tuple[str, ...],
+        count: int,
+        at: int,
+        broken: set[int],
+        opening: tuple[list[int], list[Any], Any, list[Delivery]],
+        own: bool,
+    ) -> tuple[list[Delivery], Exception | None]:
+        """A fetch of several queues from its first round trip on, when that did not settle it
+        (see the module). `opening` is what the first round trip found: the queues it looked
+        at, their checks' replies, and the reply of the lead `at`'s dequeue and its tasks.
+        Returns the tasks fetched and the error of a dequeue refused (then no task: any taken
+        are handed back)."""
+        others, answers, fetched, taken = opening
         got: list[Delivery] = []
         back: list[Delivery] = []
         stuck: list[Delivery] = []  # hand-backs refused: given back again at the end
-        replies_before: list[Any] = []
         left = count
-        for round_ in range(len(queues) + 2):
-            # The first round looks at the queues before the lead only (what the queues' order
-            # asks about the tasks it takes); the next ones at every queue (where to go next).
+        for round_ in range(len(order) + 2):
+            # The first round looked at the queues before the lead only (what the queues'
+            # order asks about the tasks it takes); the next ones at every queue (where to go).
             full = round_ > 0
-            commands, calls = list(pre), list(names)
-            merged = ack is not None and ack[1][1] == self.keys(queues[at]).active
-            if merged:
-                commands.pop()
-                calls.pop()
-            start = len(commands)  # the replies of the hand-backs, then
-            for delivery in back:
-                commands.append(self._command(self._requeue_call(delivery, False, HANDED_BACK)))
-                calls.append("requeue")
-            others, checks = self._checks(order, at, full, broken)
-            commands += checks
-            calls += [None] * len(checks)
-            keys, args = self._dequeue_call([queues[at]], left)
-            if merged:
-                assert ack is not None
-                # (its guard key left out: the dequeue's `paused` is one, see keys.py)
-                call = ("ack_dequeue", [*ack[1][:5], *keys], [*ack[2], *args])
-            else:
-                call = ("dequeue", keys, args)
-            commands.append(self._command(call))
-            calls.append(call[0])
-            try:
-                replies = self._round_trip(commands, own=own, replayable=False)
-                for reply in replies:
-                    if isinstance(reply, NoScriptError):
-                        replies = self._reload(commands, calls, replies)
-                        break
-            except BaseException as exc:
-                # Tasks taken by a round before (or handed back in this one, which may not
-                # have run), or by this round's dequeue if its node answered, must not wait in
-                # active for their lease to expire.
-                answered = self._answered(exc, queues[at], merged)
-                self.hand_back([*got, *back, *stuck, *answered], FETCH_FAILED)
-                raise
-            if back:  # a hand-back refused leaves its task in active: it is tried again
-                stuck += [d for d, r in zip(back, replies[start:]) if isinstance(r, Exception)]  # noqa: B905
-            fetched = replies[-1]
-            answers = replies[len(commands) - 1 - len(others) : len(commands) - 1]
-            if round_ == 0:
-                replies_before = replies[: len(pre) - int(merged)]
-                if merged:
-                    # ack_dequeue answers {ack's reply, dequeue's}, or ack's error (no fetch).
-                    acked, fetched = (fetched, []) if isinstance(fetched, Exception) else fetched
-                    replies_before.append(acked)
-                    if isinstance(acked, Exception):
-                        return replies_before, got, None
-            pre, names, ack, back = [], [], None, []
-            if isinstance(fetched, Exception):
-                self.hand_back([*got, *stuck], FETCH_FAILED)
-                return replies_before, [], fetched
-            taken = self._deliveries([queues[at]], fetched)
+            if full:
+                commands: list[tuple[Any, ...]] = []
+                calls: list[str | None] = []
+                for delivery in back:
+                    commands.append(self._command(self._requeue_call(delivery, False, HANDED_BACK)))
+                    calls.append("requeue")
+                others, checks = self._checks(order, at, full, broken)
+                commands += checks
+                calls += [None] * len(checks)
+                keys, args = self._dequeue_call([order[at]], left)
+                commands.append(self._command(("dequeue", keys, args)))
+                calls.append("dequeue")
+                try:
+                    replies = self._send(commands, calls, own=own)
+                except BaseException as exc:
+                    # Tasks taken by a round before (or handed back in this one, which may not
+                    # have run), or by this round's dequeue if its node answered, must not wait
+                    # in active for their lease to expire.
+                    answered = self._answered(exc, order[at], False)
+                    self.hand_back([*got, *back, *stuck, *answered], FETCH_FAILED)
+                    raise
+                if back:  # a hand-back refused leaves its task in active: it is tried again
+                    stuck += [d for d, r in zip(back, replies) if isinstance(r, Exception)]  # noqa: B905
+                fetched = replies[-1]
+                answers = replies[len(commands) - 1 - len(others) : len(commands) - 1]
+                back = []
+                if isinstance(fetched, Exception):
+                    self.hand_back([*got, *stuck], FETCH_FAILED)
+                    return [], fetched
+                taken = self._deliveries([order[at]], fetched)
             if not taken and len(fetched) % 9:  # a key of another type: skip it a while
-                self._broken_until[queues[at]] = time.monotonic() + BROKEN_PAUSE
+                self._broken_until[order[at]] = time.monotonic() + BROKEN_PAUSE
                 broken.add(at)
             ready = [i for i, answer in zip(others, answers, strict=True) if answer == READY]
-            if taken and ready and ready[0] < at and round_ <= len(queues):
+            if taken and ready and ready[0] < at and round_ <= len(order):
                 back, at = taken, ready[0]  # out of order: hand them back, take the first's
                 continue
             got += taken
@@ -178,7 +206,7 @@ class FetchCalls(ScriptCalls):
             if not left:
                 break
             ahead = [i for i in ready if i > at or not taken]
-            later = [i for i in range(at + 1, len(queues)) if i not in broken]
+            later = [i for i in range(at + 1, len(order)) if i not in broken]
             if ahead:
                 at = ahead[0]
             elif full or not later:
@@ -186,7 +214,7 @@ class FetchCalls(ScriptCalls):
             else:
                 at = later[0]  # the queues after the lead were not looked at: the next leads
         self.hand_back(stuck, HANDED_BACK)
-        return replies_before, got, None
+        return got, None
 
     def hand_back(self, deliveries: Sequence[Delivery], reason: str) -> int:
         """Put tasks this process took but will not run back in pending (requeue: no attempt,
@@ -224,33 +252,41 @@ class FetchCalls(ScriptCalls):
             reply = reply[1]
         return self._deliveries([queue], reply) if isinstance(reply, list) else []
 
-    def _checks(
-        self, order: tuple[str, ...], at: int, full: bool, broken: set[int]
-    ) -> tuple[list[int], list[tuple[Any, ...]]]:
-        """The queues a round trip looks at (by index), and the command asking each whether it
-        has a task ready: `EXISTS paused pending pending`, READY (2) when its pending list
-        exists (Redis deletes an empty one) and it is not paused (one key, one slot each)."""
-        plan = None if broken else self._plans.get((order, at, full))
-        if plan is None:
-            others = [i for i in range(len(order)) if i != at and i not in broken]
-            others = [i for i in others if full or i < at]
-            checks: list[tuple[Any, ...]] = []
-            for i in others:
-                k = self.keys(order[i])
-                checks.append(("EXISTS", k.paused, k.pending, k.pending))
-            plan = (others, checks)
-            if not broken:
-                self._plans[(order, at, full)] = plan
-        return plan
+    def _broken_now(self, queues: Sequence[str]) -> set[int]:
+        """The queues (by index) left out of the ready checks for now (see BROKEN_PAUSE)."""
+        now = time.monotonic()
+        return {i for i, q in enumerate(queues) if self._broken_until.get(q, 0.0) > now}
 
-    def _reload(
-        self, commands: list[tuple[Any, ...]], names: list[str | None], replies: list[Any]
-    ) -> list[Any]:
-        """Run again, one by one, the script calls Redis had forgotten the script of (a
-        restart, SCRIPT FLUSH: they did not run)."""
-        for index, reply in enumerate(replies):
-            name = names[index]
-            if isinstance(reply, NoScriptError) and name is not None:
-                self.client.script_load(self.scripts[name].script)
-                (replies[index],) = self._round_trip([commands[index]], own=False, replayable=False)
-        return replies
+    def _warn_broken(self, entries: Sequence[bytes]) -> None:
+        """Log once per key what dequeue found of another type (see dequeue.lua)."""
+        broken = frozenset(entry.decode(errors="replace") for entry in entries)
+        for entry in sorted(broken - self._broken):
+            kind, expected, key = entry.split(" ", 2)
+            if expected == "hash":
+                logger.warning(
+                    "Redis key %r was a %s, not a task record (hash): it is not one of ours, so "
+                    "its task cannot run; the task is now dead with that error (see the admin).",
+                    key, kind,
+                )  # fmt: skip
+            else:
+                logger.warning(
+                    "%s The queue is skipped until then: its tasks wait, other queues are served.",
+                    wrong_key(key, kind, expected),
+                )
+        self._broken |= broken
+
+    def _mend_broken(self, queues: Sequence[str]) -> None:
+        """Forget the keys of another type of queues whose dequeue found none (a fetch is per
+        queue): they are sound again, and are warned about again if they break again."""
+        tags = [f"{{{queue}}}" for queue in queues]
+        self._broken = frozenset(e for e in self._broken if not any(t in e for t in tags))
+
+    def _wrong_wake_key(self, queues: Sequence[str], error: ResponseError) -> BrokerRefused:
+        """Name the wake key BLPOP failed on (the error does not), as BrokerRefused."""
+        wakes = [self.keys(queue).wake for queue in queues]
+        with self.unavailable(writes=False):
+            kinds = [str(self.client.type(key)) for key in wakes]
+        for key, kind in zip(wakes, kinds, strict=True):
+            if kind not in ("none", "list"):
+                return wrong_key(key, kind, "list", outcome="no task was taken")
+        return refused(self.url, error, outcome="no task was taken")

@@ -1,21 +1,26 @@
-"""The Redis broker: one method per Lua script, one script per state transition."""
+"""The Redis broker: one method per Lua script, one script per state transition.
+
+Here, with the wire (connection.py), the code one task runs through (docs/concepts.rst,
+`task-path`): its enqueue, the outcomes a worker child writes with its next fetch, that fetch's
+first round trip (of one queue or several) and the idle wait. The rest is in the mixins below:
+off that path, its code runs only when a fetch moves between queues or fails (fetch.py), for
+other calls, or on the rare path."""
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import redis
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import ResponseError
 
 from django_jobs.broker.cancel import CancelCalls
-from django_jobs.broker.cluster import PartlyAnswered
 from django_jobs.broker.cluster_wait import ClusterWait
-from django_jobs.broker.connection import NOTHING_ENQUEUED, refused, wrong_key
+from django_jobs.broker.connection import NOTHING_ENQUEUED
 from django_jobs.broker.connection import connect as connect
-from django_jobs.broker.fetch import FETCH_FAILED, Call
+from django_jobs.broker.errors import partly_enqueued
+from django_jobs.broker.fetch import FETCH_FAILED, READY, Call, times
 from django_jobs.broker.handoff import HandoffCalls, accepted
 from django_jobs.broker.outcomes import OutcomeCalls
 from django_jobs.broker.protocol import (
@@ -28,23 +33,10 @@ from django_jobs.broker.receipts import ReceiptCalls
 from django_jobs.broker.replicas import replicated
 from django_jobs.broker.sweeps import SweepCalls
 from django_jobs.conf import JobsSettings
-from django_jobs.exceptions import BrokerRefused
 from django_jobs.keys import today
-
-logger = logging.getLogger("django_jobs.broker")
 
 #: Day counters outlive their day by a week, so "today" and recent days can be read.
 COUNTER_TTL = 8 * 86400
-
-
-def _time(name: str, value: bytes) -> tuple[float | None, str]:
-    """A time field of a task record, and the problem with it ("" when there is none)."""
-    if not value:
-        return None, ""
-    try:
-        return float(value), ""
-    except ValueError:
-        return None, f"{name} is not a number: {value.decode(errors='replace')!r}"
 
 
 def _count(value: bytes) -> int:
@@ -56,15 +48,13 @@ def _count(value: bytes) -> int:
 
 
 class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, ClusterWait, SweepCalls):
-    """The task state machine of DESIGN.md section 4 on one Redis server: the transitions here,
-    the background loops' in sweeps.py, the read side and the operator's actions in inspect.py,
-    the wire in connection.py."""
+    """The task state machine of DESIGN.md section 4 on one Redis server: the hot path's
+    transitions here, the background loops' in sweeps.py, the read side and the operator's
+    actions in inspect.py, the wire in connection.py."""
 
     def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
         super().__init__(client, settings)
         self._dequeue_keys: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
-        #: Keys of another type than ours that dequeue reported last, each warned about once.
-        self._broken: frozenset[str] = frozenset()
         #: The limits of the job types this worker runs, as dequeue takes them
         #: (`limits.dequeue_args`; set by the Processor): [] costs a dequeue nothing.
         self.limit_args: list[str | int] = []
@@ -115,13 +105,8 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
             else:
                 replies = self._pipeline(calls, errors=True)
         failed = [reply for reply in replies if isinstance(reply, ResponseError)]
-        if failed:
-            # Each task is its own script call: the others may have gone in.
-            done = len(replies) - len(failed)
-            outcome = NOTHING_ENQUEUED
-            if done:
-                outcome = f"{done} of these {len(replies)} tasks were enqueued, the rest were not"
-            raise refused(self.url, failed[0], outcome=outcome) from failed[0]
+        if failed:  # each task is its own script call: the others may have gone in
+            raise partly_enqueued(self.url, failed, len(replies)) from failed[0]
         out = []
         for r, (status, value) in zip(requests, replies, strict=True):  # a loop: the hot path
             if status == b"duplicate":  # "<id>" or "<id> <queue>" (handoff.py)
@@ -136,11 +121,6 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         return key is not None and not key.startswith(self.keys(request.queue).prefix)
 
     # -- consuming --------------------------------------------------------------------------
-
-    def dequeue(self, queues: Sequence[str]) -> Delivery | None:
-        """Move the oldest pending task of the first non-empty, unpaused queue to active."""
-        deliveries = self.dequeue_many(queues, 1)
-        return deliveries[0] if deliveries else None
 
     def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
         cached = self._dequeue_keys.get(tuple(queues))
@@ -176,9 +156,14 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
             self._give_back(own=own)  # raises as the fetch would, the receipts kept
         self._issued = []
         try:
-            if len(queues) == 1:
-                return self._fetch_one(queues[0], count, own=own, before=before, lead=lead)
-            return super().fetch(queues, count, own=own, before=before, lead=lead, first=first)
+            if len(queues) > 1:
+                return self._fetch_several(queues, count, own, before, lead, first)
+            # One queue: its dequeue call (ack_dequeue with an ack before it), in one round
+            # trip. The worker child's hot path with one queue: no more work than that.
+            replies, fetched, _ = self._lead_round(queues[0], count, own, before, lead, ())
+            if fetched is None or isinstance(fetched, Exception):
+                return replies, [], fetched
+            return replies, self._deliveries(queues, fetched), None
         except BaseException:
             # This fetch's, and those whose give-back above was refused before it ran (the
             # others went back: they never pile up through an outage).
@@ -187,17 +172,52 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         finally:
             self._issued = []
 
-    def _fetch_one(
+    def _fetch_several(
         self,
-        queue: str,
+        queues: Sequence[str],
         count: int,
-        *,
         own: bool,
         before: Sequence[Call],
         lead: Sequence[tuple[Any, ...]],
+        first: int | None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """`fetch` from one queue: its dequeue call (ack_dequeue with an ack before it), in one
-        round trip. The worker child's hot path with one queue: no more work than that."""
+        """`fetch` from several queues in strict priority (see fetch.py): the lead queue's
+        dequeue, with the checks that no queue before it has a task ready. When they hold and
+        the lead gives every task asked for, that is the fetch, in one round trip (a worker's
+        steady state); else fetch.py's rounds go on from there (`_fetch_rounds`). `first` is
+        the lead's index to start from (an idle wait woken by that queue)."""
+        order = tuple(queues)
+        at = self._leads.get(order, 0) if first is None else first
+        broken = self._broken_now(queues) if self._broken_until else set()
+        if broken and at in broken and len(broken) < len(queues):
+            at = min(set(range(len(queues))) - broken)
+        others, checks = self._checks(order, at, False, broken)
+        replies, fetched, answers = self._lead_round(queues[at], count, own, before, lead, checks)
+        if fetched is None or isinstance(fetched, Exception):
+            return replies, [], fetched
+        taken = self._deliveries([queues[at]], fetched)
+        if taken and len(taken) == count and READY not in answers:
+            self._leads[order] = at  # the queue this process last took a task from
+            return replies, taken, None
+        opening = (others, answers, fetched, taken)
+        got, failed = self._fetch_rounds(order, count, at, broken, opening, own)
+        return replies, got, failed
+
+    def _lead_round(
+        self,
+        queue: str,
+        count: int,
+        own: bool,
+        before: Sequence[Call],
+        lead: Sequence[tuple[Any, ...]],
+        checks: Sequence[tuple[Any, ...]],
+    ) -> tuple[list[Any], Any, list[Any]]:
+        """The first round trip of a fetch: `lead` commands, `before` script calls, `checks`
+        (fetch.py), then the dequeue of up to count tasks of queue, in one ack_dequeue call
+        with the ack of the task before when it is the last of `before` and of queue.
+
+        Returns the replies of lead and before (errors as values), the dequeue's (an error if
+        it was refused; None if the ack was: nothing was fetched), and the checks'."""
         keys, args = self._dequeue_call([queue], count)
         commands = list(lead)
         names: list[str | None] = [None] * len(lead)
@@ -205,31 +225,53 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
             commands.append(self._command(call))
             names.append(call[0])
         ack = before[-1] if before and before[-1][0] == "ack" else None
-        if ack is not None:  # (its guard key left out: the dequeue's `paused` is one)
-            commands[-1] = self._command(("ack_dequeue", [*ack[1][:5], *keys], [*ack[2], *args]))
-            names[-1] = "ack_dequeue"
+        merged = ack is not None and ack[1][1] == self.keys(queue).active
+        if merged:  # (its guard key left out: the dequeue's `paused` is one, see keys.py)
+            assert ack is not None
+            commands.pop()
+            names.pop()
+            call = ("ack_dequeue", [*ack[1][:5], *keys], [*ack[2], *args])
         else:
-            commands.append(self._command(("dequeue", keys, args)))
-            names.append("dequeue")
+            call = ("dequeue", keys, args)
+        commands += checks
+        names += [None] * len(checks)
+        commands.append(self._command(call))
+        names.append(call[0])
         try:
-            replies = self._round_trip(commands, own=own, replayable=False)
-        except PartlyAnswered as exc:  # another node failed (a wait's unblock, an outcome)
-            self.hand_back(self._answered(exc, queue, ack is not None), FETCH_FAILED)
+            replies = self._send(commands, names, own=own)
+        except BaseException as exc:  # what its dequeue took if its node answered (Cluster)
+            self.hand_back(self._answered(exc, queue, merged), FETCH_FAILED)
             raise
-        for reply in replies:
-            if isinstance(reply, NoScriptError):
-                replies = self._reload(commands, names, replies)
-                break
         fetched = replies.pop()
-        if ack is not None:
-            if isinstance(fetched, Exception):  # the ack was refused: nothing was fetched
+        answers = replies[len(replies) - len(checks) :]
+        del replies[len(replies) - len(checks) :]
+        if merged:  # ack_dequeue answers {ack's reply, dequeue's}, or ack's error (no fetch)
+            if isinstance(fetched, Exception):
                 replies.append(fetched)
-                return replies, [], None
+                return replies, None, answers
             acked, fetched = fetched
             replies.append(acked)
-        if isinstance(fetched, Exception):
-            return replies, [], fetched
-        return replies, self._deliveries([queue], fetched), None
+        return replies, fetched, answers
+
+    def _checks(
+        self, order: tuple[str, ...], at: int, full: bool, broken: set[int]
+    ) -> tuple[list[int], list[tuple[Any, ...]]]:
+        """The queues a round trip of a fetch of several queues looks at (by index; all of
+        them when `full`, else those before the lead `at`), and the command asking each whether
+        it has a task ready: `EXISTS paused pending pending`, READY (2) when its pending list
+        exists (Redis deletes an empty one) and it is not paused (one key, one slot each)."""
+        plan = None if broken else self._plans.get((order, at, full))
+        if plan is None:
+            others = [i for i in range(len(order)) if i != at and i not in broken]
+            others = [i for i in others if full or i < at]
+            checks: list[tuple[Any, ...]] = []
+            for i in others:
+                k = self.keys(order[i])
+                checks.append(("EXISTS", k.paused, k.pending, k.pending))
+            plan = (others, checks)
+            if not broken:
+                self._plans[(order, at, full)] = plan
+        return plan
 
     def _receipt(self, queue: str) -> str:
         """A new receipt for a dequeue call on queue, noted as the fetch's (receipts.py)."""
@@ -249,9 +291,8 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         if len(flat) % 9:
             self._warn_broken(flat[-1])
             flat = flat[:-1]
-        elif self._broken:  # these queues' keys are sound again (a fetch is per queue)
-            tags = [f"{{{queue}}}" for queue in queues]
-            self._broken = frozenset(e for e in self._broken if not any(t in e for t in tags))
+        elif self._broken:
+            self._mend_broken(queues)
         out = []
         for i in range(0, len(flat), 9):
             index, task_id, raw, attempts, crashes, epoch, enqueued, unknown, deadline = flat[
@@ -262,9 +303,7 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
                 first_unknown_at = float(unknown) if unknown else None
                 problem = ""
             except ValueError:
-                enqueued_at, problem = _time("enqueued_at", enqueued)
-                first_unknown_at, unknown_problem = _time("first_unknown_at", unknown)
-                problem = problem or unknown_problem
+                enqueued_at, first_unknown_at, problem = times(enqueued, unknown)
             out.append(
                 Delivery(
                     id=task_id.decode(errors="replace"),
@@ -280,33 +319,6 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
                 )
             )
         return out
-
-    def _warn_broken(self, entries: Sequence[bytes]) -> None:
-        """Log once per key what dequeue found of another type (see dequeue.lua)."""
-        broken = frozenset(entry.decode(errors="replace") for entry in entries)
-        for entry in sorted(broken - self._broken):
-            kind, expected, key = entry.split(" ", 2)
-            if expected == "hash":
-                logger.warning(
-                    "Redis key %r was a %s, not a task record (hash): it is not one of ours, so "
-                    "its task cannot run; the task is now dead with that error (see the admin).",
-                    key, kind,
-                )  # fmt: skip
-            else:
-                logger.warning(
-                    "%s The queue is skipped until then: its tasks wait, other queues are served.",
-                    wrong_key(key, kind, expected),
-                )
-        self._broken |= broken
-
-    def dequeue_many(self, queues: Sequence[str], count: int) -> list[Delivery]:
-        """Move up to count pending tasks to active, queues in strict priority order (one
-        dequeue call per queue: see fetch.py)."""
-        with self.unavailable():
-            _, deliveries, failed = self.fetch(queues, count, own=False)
-            if failed is not None:
-                raise failed
-        return deliveries
 
     def settle(
         self, verdicts: Sequence[Verdict], queues: Sequence[str], count: int
@@ -380,20 +392,3 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
             # call again at once, forever. The worker backs off on it.
             raise self._wrong_wake_key(queues, woken)
         return deliveries
-
-    def _wrong_wake_key(self, queues: Sequence[str], error: ResponseError) -> BrokerRefused:
-        """Name the wake key BLPOP failed on (the error does not), as BrokerRefused."""
-        wakes = [self.keys(queue).wake for queue in queues]
-        with self.unavailable(writes=False):
-            kinds = [str(self.client.type(key)) for key in wakes]
-        for key, kind in zip(wakes, kinds, strict=True):
-            if kind not in ("none", "list"):
-                return wrong_key(key, kind, "list", outcome="no task was taken")
-        return refused(self.url, error, outcome="no task was taken")
-
-    # -- background loops (the others are in sweeps.py) ---------------------------------
-
-    def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-        """Renew the leases of (id, epoch) pairs; return the pairs whose lease is lost (the
-        runs asked to cancel too: `renew_leases`)."""
-        return self.renew_leases(queue, held).lost

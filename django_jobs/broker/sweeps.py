@@ -1,18 +1,23 @@
 """The calls of the worker's background loops (the supervisor's side, never a child's task):
 forward due tasks, recover expired leases, the janitor, and the worker registry (beat,
-unregister). RedisBroker (redis.py) is built on them; the lease renewal is cancel.py's."""
+unregister), and the heartbeat's lease extension. RedisBroker (redis.py) is built on them; the
+lease renewal itself is cancel.py's."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django_jobs.broker.connection import ScriptCalls
-from django_jobs.broker.protocol import Requeued
+from django_jobs.broker.protocol import Renewal, Requeued
 from django_jobs.keys import worker, workers
 
 
 class SweepCalls(ScriptCalls):
-    """Forward, recover, janitor, beat and unregister (see the module)."""
+    """Forward, recover, janitor, beat, unregister and extend_leases (see the module)."""
+
+    def renew_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> Renewal:
+        raise NotImplementedError  # CancelCalls' (cancel.py)
 
     def forward(self, queue: str, limit: int = 1000) -> int:
         """Move due scheduled and retry tasks to pending; return how many moved."""
@@ -54,3 +59,8 @@ class SweepCalls(ScriptCalls):
             pipe.delete(worker(namespace, worker_id))
             pipe.zrem(workers(namespace), worker_id)
             pipe.execute()
+
+    def extend_leases(self, queue: str, held: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Renew the leases of (id, epoch) pairs; return the pairs whose lease is lost (the
+        runs asked to cancel too: `renew_leases`)."""
+        return self.renew_leases(queue, held).lost

@@ -3,10 +3,11 @@ to its ack, both sides together, in one direction (the enqueue runs no code of t
 child none of the client's).
 
 One enqueue in this process, and one task in a worker child's loop (run here, on this thread)
-from its fetch to its ack, traced with sys.setprofile: a child of one queue, and one of the queues
-a default worker serves (`JobsSettings.served_queues`, what runworker takes with no --queues), in
-strict priority, the task on one after the first (its fetch is then the fetch of several queues). The plain-data modules (message, keys,
-conf, exceptions) are left out; docs/concepts.rst (`task-path`) lists what remains.
+from its fetch to its ack, traced with sys.setprofile: a child of one queue, and one of the
+queues a default worker serves (`JobsSettings.served_queues`, what runworker takes with no
+--queues, in strict priority), the task on one after the first (its fetch is then the fetch of
+several queues). The plain-data modules (message, keys, conf, exceptions) are left out;
+docs/concepts.rst (`task-path`) lists what remains.
 """
 
 from __future__ import annotations
