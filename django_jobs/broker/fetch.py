@@ -6,7 +6,7 @@ so the dequeue script takes one queue. A fetch over several queues keeps their s
 
 - it dequeues from one queue, the *lead*: the one this process last took a task from (at first
   the first queue), and in the same round trip reads whether each queue before the lead has a
-  task ready (one `EXISTS` per queue, no script: see `_checks`);
+  task ready (one `EXISTS` per queue, no script: see `RedisBroker._checks`);
 - if the lead gave tasks and no queue before it had one ready, they are the ones the queues'
   order asks for: done, in one round trip, as the single-queue fetch;
 - if a queue before the lead had a task ready, the tasks taken are handed back at once, oldest
@@ -24,9 +24,9 @@ one round trip of latency. With one queue, a fetch is the single dequeue call it
 The first round trip is RedisBroker's (`_fetch_several`, in redis.py, beside the fetch of one
 queue: the code a task runs through), and so is the fetch when it settles there; the rounds
 after it are this module's (`_fetch_rounds`), as are a fetch's hand-backs when it fails, the
-warnings about keys of another type, and the fetches of the supervisor and the inline modes
-(`dequeue`, `dequeue_many`). The lead is kept per list of queues, in this process (a worker
-child's own fetches).
+warnings about keys of another type, and the one-off fetches (`dequeue`, `dequeue_many`:
+Processor.process_one). The lead is kept per list of queues, in this process (a worker child's
+own fetches).
 """
 
 from __future__ import annotations
