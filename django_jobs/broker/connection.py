@@ -42,6 +42,7 @@ from django_jobs.broker.errors import NOTHING_CHANGED as NOTHING_CHANGED
 from django_jobs.broker.errors import NOTHING_ENQUEUED as NOTHING_ENQUEUED
 from django_jobs.broker.errors import refused as refused
 from django_jobs.broker.errors import wrong_key as wrong_key
+from django_jobs.broker.shards import shards_for
 from django_jobs.broker.topology import sentinel_client
 from django_jobs.conf import JobsSettings
 from django_jobs.conf.redact import redact as redact
@@ -159,6 +160,8 @@ class ScriptCalls:
         #: The Redis URL with its password hidden: the one form of it that reaches text.
         self.url = redact(settings.redis_url or "")
         self._keys: dict[str, QueueKeys] = {}
+        #: The sharded queues' shards, and where an enqueue puts a task (broker/shards.py).
+        self.shards = shards_for(settings)
         self.scripts = scripts.register(client)
         #: On a Redis Cluster, the wire script calls travel on (see cluster.py); else None.
         self.wire: ClusterWire | None = None
@@ -173,7 +176,8 @@ class ScriptCalls:
         """The keys of one queue."""
         keys = self._keys.get(queue)
         if keys is None:
-            keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue)
+            shards = self.shards.names.get(queue, ())  # an idempotency key's home among them
+            keys = self._keys[queue] = QueueKeys(self.settings.namespace, queue, shards)
         return keys
 
     def _command(self, call: tuple[str, list[str], list[Any]]) -> tuple[Any, ...]:

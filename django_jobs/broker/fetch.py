@@ -21,6 +21,14 @@ call, when its queue is the lead).
 On a Cluster the commands of a round trip go to every node at once (cluster.ClusterWire): still
 one round trip of latency. With one queue, a fetch is the single dequeue call it always was.
 
+A sharded queue's shards (shards.py) share its place in that order, none before another: the
+first round trip checks the queues before the sharded one only, and after each fetch the lead
+moves to the queue's next shard (`_next_lead`; the queue keeps its turn while another leads),
+so every shard with work is taken from in turn. The cost is the same: one round trip while the
+next shard has work, two when it is empty or the last task is gone (measured:
+tests/integration/test_shards.py); the ack of the task before rides in that round trip as a
+script call of its own (its shard is another slot than the next one).
+
 The first round trip is RedisBroker's (`_fetch_several`, in redis.py, beside the fetch of one
 queue: the code a task runs through), and so is the fetch when it settles there; the rounds
 after it are this module's (`_fetch_rounds`), as are a fetch's hand-backs when it fails, the
@@ -96,6 +104,8 @@ class FetchCalls(ScriptCalls):
         #: pending tasks are not taken as ready: they are skipped, as the dequeue script
         #: skips them, instead of handing back other queues' tasks for them on every fetch.
         self._broken_until: dict[str, float] = {}
+        #: Per list of queues, each sharded queue's (by level) next shard to lead (_next_lead).
+        self._turns: dict[tuple[str, ...], dict[int, int]] = {}
         #: Keys of another type than ours that dequeue reported last, each warned about once.
         self._broken: frozenset[str] = frozenset()
 
@@ -195,18 +205,23 @@ class FetchCalls(ScriptCalls):
             if not taken and len(fetched) % 9:  # a key of another type: skip it a while
                 self._broken_until[order[at]] = time.monotonic() + BROKEN_PAUSE
                 broken.add(at)
-            ready = [i for i, answer in zip(others, answers, strict=True) if answer == READY]
-            if taken and ready and ready[0] < at and round_ <= len(order):
+            # In the queues' order from the lead: the shards of a queue share its place, the
+            # lead's next shards first (broker/shards.py); without shards, by index.
+            rank = self._ranks(order, at)
+            ready = sorted((i for i, a in zip(others, answers, strict=True) if a == READY),
+                           key=rank.__getitem__)  # fmt: skip
+            if taken and ready and rank[ready[0]] < rank[at] and round_ <= len(order):
                 back, at = taken, ready[0]  # out of order: hand them back, take the first's
                 continue
             got += taken
             left -= len(taken)
-            if taken:
-                self._leads[order] = at  # the queue this process last took a task from
+            if taken:  # the queue this process last took a task from; of a sharded one, the next
+                self._leads[order] = self._next_lead(order, at) if self.shards.names else at
             if not left:
                 break
-            ahead = [i for i in ready if i > at or not taken]
-            later = [i for i in range(at + 1, len(order)) if i not in broken]
+            ahead = [i for i in ready if rank[i] > rank[at] or not taken]
+            later = sorted((i for i in range(len(order)) if rank[i] > rank[at] and i not in broken),
+                           key=rank.__getitem__)  # fmt: skip
             if ahead:
                 at = ahead[0]
             elif full or not later:
@@ -215,6 +230,26 @@ class FetchCalls(ScriptCalls):
                 at = later[0]  # the queues after the lead were not looked at: the next leads
         self.hand_back(stuck, HANDED_BACK)
         return got, None
+
+    def _ranks(self, order: tuple[str, ...], at: int) -> list[tuple[int, int]]:
+        """Each queue's place in the fetch's order from the lead `at`: its level (a sharded
+        queue's shards share one: shards.py), then how far after the lead it is (cyclic)."""
+        level = self.shards.levels(order) if self.shards.names else range(len(order))
+        n, turns = len(order), self._turns.get(order, {})
+        # A level's first is the lead, or the shard its queue's turn has come to (its next).
+        firsts = {level[i]: turns.get(level[i], i) for i in range(n - 1, -1, -1)}
+        firsts[level[at]] = at
+        return [(level[i], (i - firsts[level[i]]) % n) for i in range(n)]
+
+    def _next_lead(self, order: tuple[str, ...], at: int) -> int:
+        """The lead after a fetch that took from `at`: the next shard of its queue (cyclic), so
+        that each fetch starts at another and every shard with work is taken from in turn; the
+        queue keeps its turn while another queue leads (`_ranks`)."""
+        level = self.shards.levels(order)
+        same = [i for i in range(len(order)) if level[i] == level[at]]
+        after = same[(same.index(at) + 1) % len(same)]
+        self._turns.setdefault(order, {})[level[at]] = after
+        return after
 
     def hand_back(self, deliveries: Sequence[Delivery], reason: str) -> int:
         """Put tasks this process took but will not run back in pending (requeue: no attempt,

@@ -34,7 +34,7 @@ from django_jobs.broker.connection import NOTHING_ENQUEUED, refused
 from django_jobs.broker.protocol import Accepted, Deleted, EnqueueRequest
 from django_jobs.broker.schedules import ScheduleCalls
 from django_jobs.exceptions import BrokerUnavailable
-from django_jobs.keys import tagged_queue
+from django_jobs.keys import logical_queue, tagged_queue
 
 logger = logging.getLogger("django_jobs.broker")
 
@@ -54,7 +54,8 @@ def accepted(reply: Sequence[str], home: str) -> Accepted:
     if status != "duplicate":
         return Accepted(state=value)
     task_id, _, queue = value.partition(" ")
-    return Accepted(state="", duplicate_of=task_id, duplicate_queue=queue or home)
+    # The queue users know, not a shard of it (broker/shards.py).
+    return Accepted(state="", duplicate_of=task_id, duplicate_queue=logical_queue(queue or home))
 
 
 class HandoffCalls(ScheduleCalls):

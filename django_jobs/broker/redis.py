@@ -79,6 +79,8 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         queue) is handed off: three round trips for the batch (broker/handoff.py, whose code runs
         only then, or for a duplicate key).
         """
+        if self.shards.names:  # a sharded queue's tasks to its shards (broker/shards.py)
+            requests = self.shards.route(requests)
         first = requests[0]
         if len(requests) > 1 and all(
             (r.queue, r.delay, r.eta, r.idempotency_key)
@@ -197,7 +199,8 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
             return replies, [], fetched
         taken = self._deliveries([queues[at]], fetched)
         if taken and len(taken) == count and READY not in answers:
-            self._leads[order] = at  # the queue this process last took a task from
+            # The queue this process last took a task from; of a sharded one, its next shard.
+            self._leads[order] = self._next_lead(order, at) if self.shards.names else at
             return replies, taken, None
         opening = (others, answers, fetched, taken)
         got, failed = self._fetch_rounds(order, count, at, broken, opening, own)
@@ -262,8 +265,9 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         exists (Redis deletes an empty one) and it is not paused (one key, one slot each)."""
         plan = None if broken else self._plans.get((order, at, full))
         if plan is None:
+            level = self.shards.levels(order) if self.shards.names else range(len(order))
             others = [i for i in range(len(order)) if i != at and i not in broken]
-            others = [i for i in others if full or i < at]
+            others = [i for i in others if full or level[i] < level[at]]  # a shard's: its own
             checks: list[tuple[Any, ...]] = []
             for i in others:
                 k = self.keys(order[i])

@@ -37,7 +37,7 @@ from dataclasses import fields, replace
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 from django_jobs.broker.info import QueueInfo
-from django_jobs.broker.protocol import Accepted, EnqueueRequest
+from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.conf import JobsSettings
 from django_jobs.keys import SHARD_MARK, logical_queue, shard_index
 
@@ -128,16 +128,6 @@ class Shards:
                 )
             out.append(replace(request, queue=shard))
         return out
-
-
-def accepted(answers: Sequence[Accepted]) -> list[Accepted]:
-    """Enqueue answers with the queue of a duplicate named as users know it (not a shard)."""
-    return [
-        replace(a, duplicate_queue=logical_queue(a.duplicate_queue))
-        if a.duplicate_queue and SHARD_MARK in a.duplicate_queue
-        else a
-        for a in answers
-    ]
 
 
 def merged(infos: Sequence[QueueInfo]) -> list[QueueInfo]:

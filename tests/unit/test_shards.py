@@ -12,8 +12,8 @@ from django.test import override_settings
 from redis.crc import key_slot
 
 from django_jobs.broker.info import QueueInfo
-from django_jobs.broker.protocol import Accepted, EnqueueRequest
-from django_jobs.broker.shards import Shards, accepted, merged, shard_names
+from django_jobs.broker.protocol import EnqueueRequest
+from django_jobs.broker.shards import Shards, merged, shard_names
 from django_jobs.checks import check_settings
 from django_jobs.conf import get_settings
 from django_jobs.keys import QueueKeys, logical_queue
@@ -152,9 +152,3 @@ def test_merged__counts_sum_over_shards_and_a_paused_shard_shows() -> None:
     assert crit == infos[0]
     assert (default.name, default.pending, default.dead, default.parked) == ("default", 30, 9, 6)
     assert (default.scheduled, default.processed_today, default.paused) == (3, 15, True)
-
-
-def test_accepted__a_duplicate_names_the_queue_not_its_shard() -> None:
-    shard = shard_names("default", 4)[2]
-    answers = accepted([Accepted("", "id1", shard), Accepted("pending")])
-    assert answers == [Accepted("", "id1", "default"), Accepted("pending")]
