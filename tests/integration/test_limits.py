@@ -82,7 +82,8 @@ def fetch(broker: RedisBroker, count: int = 20) -> list[Delivery]:
 
 def record(ns: RedisNamespace, task_id: str) -> dict[str, str]:
     raw = ns.client.hgetall(keys(ns).task(task_id))
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    counters = {"attempts": "0", "crashes": "0", "epoch": "0"}  # absent until counted: 0
+    return counters | {k.decode(): v.decode() for k, v in raw.items()}
 
 
 def parked(ns: RedisNamespace, job: str) -> list[str]:

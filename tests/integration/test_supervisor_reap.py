@@ -43,7 +43,9 @@ def running_task(attempt: int = 1, max_attempts: int = 3, **fields: Any) -> Runn
 def record(task_id: str) -> dict[str, str]:
     broker = get_broker()
     raw = broker.client.hgetall(broker.keys(Q).task(task_id))
-    return {k: raw[k] for k in ("state", "attempts", "crashes", "error") if k in raw}
+    # A counter nothing counted yet is absent from the record, and reads as 0.
+    counters = {k: raw.get(k, "0") for k in ("attempts", "crashes")}
+    return {k: raw[k] for k in ("state", "error") if k in raw} | counters
 
 
 def recovered_elsewhere(task: Running) -> None:

@@ -200,7 +200,7 @@ TABLE: list[Row] = [
         {"expired": "pending", "live": "active"},
         {
             "expired": {"state": "pending", "crashes": "1", "epoch": "2"},
-            "live": {"state": "active", "crashes": "0"},
+            "live": {"state": "active", "crashes": None},  # none counted
         },
     ),
     (

@@ -4,10 +4,12 @@ serves it, and the worker's processor runs it (run_burst, the code path of a wor
 
 tests/fixtures/task_records_v1.json holds two records as release 0.1 (record version 1,
 message.VERSION) wrote them: the raw hash fields, `msg` being the encoded message, one pending
-as enqueue leaves it and one dead as a worker leaves it after a failure. The fixture is never
-regenerated: when the record format changes (a new VERSION, a new or renamed hash field), this
-test fails until the new release reads the old records too; add a fixture of the new format
-beside this one then. Its job is testproject.probes.jobs.Greet ("upgrades.Greet").
+as enqueue leaves it and one dead as a worker leaves it after a failure. task_records_v3.json
+holds the same two as version 3 writes them (no id or queue in the message, no counter nothing
+counted, no fetch receipt). A fixture is never regenerated: when the record format changes (a
+new VERSION, a new or renamed hash field), these tests fail until the new release reads the old
+records too; add a fixture of the new format beside these then. Their job is
+testproject.probes.jobs.Greet ("upgrades.Greet").
 """
 
 from __future__ import annotations
@@ -29,18 +31,21 @@ from tests.conftest import RedisNamespace
 
 pytestmark = pytest.mark.django_db
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "task_records_v1.json"
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURE = FIXTURES / "task_records_v1.json"
+#: Every record format a release wrote: each is read by this one.
+VERSIONS = {1: FIXTURE, 3: FIXTURES / "task_records_v3.json"}
 API = "/api/v1/admin/jobs"
 
 
-@pytest.fixture
-def old(redis_ns: RedisNamespace) -> dict[str, Any]:
-    return write_old(redis_ns)
+@pytest.fixture(params=sorted(VERSIONS), ids=lambda v: f"v{v}")
+def old(request: pytest.FixtureRequest, redis_ns: RedisNamespace) -> dict[str, Any]:
+    return write_old(redis_ns, VERSIONS[request.param])
 
 
-def write_old(redis_ns: RedisNamespace) -> dict[str, Any]:
+def write_old(redis_ns: RedisNamespace, fixture: Path = FIXTURE) -> dict[str, Any]:
     """The fixture's records written into this test's namespace as an old release left them."""
-    records: dict[str, Any] = json.loads(FIXTURE.read_text())["records"]
+    records: dict[str, Any] = json.loads(fixture.read_text())["records"]
     k = get_broker().keys("default")
     for record in records.values():
         redis_ns.client.hset(k.task(record["id"]), mapping=record["fields"])
@@ -64,6 +69,17 @@ def test_fixture__is_the_record_format_of_version_1() -> None:
     assert data["version"] == 1
     assert json.loads(pending["msg"])["v"] == 1
     assert set(pending) == {"attempts", "crashes", "enqueued_at", "epoch", "msg", "state"}
+
+
+def test_fixture__is_the_record_format_of_version_3() -> None:
+    data = json.loads(VERSIONS[3].read_text())
+    pending, dead = data["records"]["pending"]["fields"], data["records"]["dead"]["fields"]
+
+    assert data["version"] == 3
+    assert json.loads(pending["msg"])["v"] == 3
+    assert set(json.loads(pending["msg"])) & {"id", "queue"} == set()
+    assert set(pending) == {"enqueued_at", "msg", "state"}
+    assert set(dead) & {"receipt", "crashes"} == set()
 
 
 def test_upgrade__the_admin_shows_old_records(old: dict[str, Any]) -> None:

@@ -58,8 +58,9 @@ else
   redis.call('LPUSH', KEYS[2], id)
   wake(KEYS[4])
 end
-redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', stamp(now),
-  'attempts', 0, 'crashes', 0, 'epoch', 0)
+-- No attempts, crashes or epoch yet: a counter absent reads as 0 (dequeue, bump, the read side),
+-- and each field of a record stored as a hash table costs some 56 bytes.
+redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', stamp(now))
 if KEYS[5] then
   redis.call('SET', KEYS[5], id, 'PX', ARGV[5])
 end

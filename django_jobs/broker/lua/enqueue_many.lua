@@ -35,8 +35,9 @@ end
 local enqueued_at = stamp(now)
 for _, i in ipairs(new) do
   local id = ARGV[2 * (i - 4) + 3]
+  -- No counters yet, as enqueue: absent reads as 0.
   redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
-    enqueued_at, 'attempts', 0, 'crashes', 0, 'epoch', 0)
+    enqueued_at)
   if state == 'scheduled' then
     redis.call('HSET', KEYS[i], 'next_at', stamp(due_at))
     redis.call('ZADD', KEYS[2], due_at, id)

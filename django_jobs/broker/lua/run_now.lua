@@ -23,8 +23,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return 0
 end
 if ARGV[2] == '1' then
-  redis.call('HSET', KEYS[1], 'attempts', 0, 'crashes', 0)
-  redis.call('HDEL', KEYS[1], 'died_at', 'first_unknown_at')
+  -- A fresh budget: the counters go (absent reads as 0, as in a record enqueue wrote).
+  redis.call('HDEL', KEYS[1], 'attempts', 'crashes', 'died_at', 'first_unknown_at')
 end
 redis.call('HSET', KEYS[1], 'state', 'pending')
 -- A cancel that came too late for an earlier run (it ended completed, retry or dead) is
