@@ -16,7 +16,7 @@ backends/outbox.py); a worker's relay sends what it could not. Flows get it thro
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -72,26 +72,23 @@ class RedisBackend:
         broker = self.broker
         if broker is None or broker.settings is not get_settings():
             broker = self.broker = get_broker()
+        if len(submissions) <= BATCH_SIZE:  # one round trip: every single enqueue
+            return broker.enqueue([_request(broker, s) for s in submissions])
         accepted: list[Accepted] = []
         for start in range(0, len(submissions), BATCH_SIZE):
-            requests = []
-            for s in submissions[start : start + BATCH_SIZE]:
-                key = s.message.idempotency_key
-                if key is not None:  # in the job type's home queue's slot (broker/handoff.py)
-                    key = broker.keys(s.job.idempotency_queue()).idempotency(s.job.name, key)
-                requests.append(
-                    EnqueueRequest(
-                        id=s.message.id,
-                        queue=s.message.queue,
-                        encoded=s.encoded,
-                        delay=s.delay,
-                        eta=s.eta,
-                        idempotency_key=key,
-                        idempotency_window=s.idempotency_window,
-                    )
-                )
-            accepted += broker.enqueue(requests)
+            batch = submissions[start : start + BATCH_SIZE]
+            accepted += broker.enqueue([_request(broker, s) for s in batch])
         return accepted
+
+
+def _request(broker: RedisBroker, s: Submission) -> EnqueueRequest:
+    """A submission as the broker takes it."""
+    message, key = s.message, s.message.idempotency_key
+    if key is not None:  # in the job type's home queue's slot (broker/handoff.py)
+        key = broker.keys(s.job.idempotency_queue()).idempotency(s.job.name, key)
+    return EnqueueRequest(
+        message.id, message.queue, s.encoded, s.delay, s.eta, key, s.idempotency_window
+    )
 
 
 _backends: dict[str, Backend] = {
@@ -161,6 +158,31 @@ class Options:
     retention: timedelta | float | None = None
     idempotency_window: timedelta | float | None = None
 
+    @classmethod
+    def of(
+        cls,
+        queue: str | None = None,
+        delay: timedelta | float | None = None,
+        eta: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: timedelta | float | None = None,
+        retention: timedelta | float | None = None,
+        idempotency_window: timedelta | float | None = None,
+    ) -> Options:
+        """The Options of an enqueue's keywords: NO_OPTIONS when none is given (the usual call,
+        whose defaults `resolve` keeps per job class)."""
+        if (
+            queue is None
+            and delay is None
+            and eta is None
+            and max_attempts is None
+            and timeout is None
+            and retention is None
+            and idempotency_window is None
+        ):
+            return NO_OPTIONS
+        return cls(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
+
 
 @dataclass(frozen=True)
 class Resolved:
@@ -175,6 +197,10 @@ class Resolved:
     idempotency_window: float
 
 
+#: An enqueue that overrides nothing (`Options.of()`): what it resolves to is kept per job class.
+NO_OPTIONS = Options()
+
+
 def _pick(*values: timedelta | float | None) -> float:
     """The first value that is set (None and 0 mean "not set"), in seconds."""
     for value in values:
@@ -183,11 +209,40 @@ def _pick(*values: timedelta | float | None) -> float:
     return 0.0
 
 
+#: What `NO_OPTIONS` resolved to, by the job class and the class's own defaults, with the
+#: settings it was resolved under: a new JOBS (`get_settings()` is a new object after Django's
+#: setting_changed, as `override_settings` sends) or a changed class attribute resolves again.
+_defaults: dict[tuple[Any, ...], tuple[JobsSettings, Resolved]] = {}
+#: Entries kept at most (then it starts again): one per job class and set of class defaults.
+MOST_DEFAULTS = 1024
+
+
 def resolve(job: type[Job[Any]], options: Options, settings: JobsSettings) -> Resolved:
     """Apply defaults (enqueue option, then job class, then JOBS) and check the result.
 
     Zero or None means "the default", except for retention, where 0 means "keep nothing".
+    With `NO_OPTIONS` (an enqueue that overrides nothing) the job's defaults are resolved once
+    per job class and settings, not per call.
     """
+    if options is not NO_OPTIONS:
+        return _resolve(job, options, settings)
+    # default_queue() is called each time: a hook may read anything (EMAIL_QUEUE does).
+    key = (job, job.default_queue(), job.max_attempts, job.timeout, job.retention,
+           job.idempotency_window)  # fmt: skip
+    try:
+        cached = _defaults.get(key)
+    except TypeError:  # an unhashable class attribute: resolve refuses it
+        return _resolve(job, options, settings)
+    if cached is not None and cached[0] is settings:
+        return cached[1]
+    resolved = _resolve(job, options, settings)
+    if len(_defaults) >= MOST_DEFAULTS:
+        _defaults.clear()
+    _defaults[key] = (settings, resolved)
+    return resolved
+
+
+def _resolve(job: type[Job[Any]], options: Options, settings: JobsSettings) -> Resolved:
     queue = options.queue or job.default_queue()
     if queue not in settings.queues and queue not in settings.flow_queues:
         raise UnknownQueue(queue, settings.queues)
@@ -253,7 +308,8 @@ def _enqueue(job: type[Job[Any]], items: Sequence[tuple[Any, str | None]], optio
         if key is not None and (not isinstance(key, str) or not key):
             raise ValueError(f"idempotency_key must be a non-empty str, got {key!r}")
         message = Message(
-            id=uuid.uuid4().hex,
+            # 32 lowercase hex digits of 128 random bits, as uuid4().hex, in a fifth of its time
+            id=os.urandom(16).hex(),
             job=job.name,
             queue=resolved.queue,
             payload=data,

@@ -187,9 +187,9 @@ class Job(Generic[P]):
         from django_jobs.client import Options, enqueue
 
         cls.check_payload(payload)
-        options = Options(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
+        given = Options.of(queue, delay, eta, max_attempts, timeout, retention, idempotency_window)
         items = [(payload, idempotency_key)]
-        return enqueue(cls, items, options, on_commit=on_commit, outbox=outbox)[0]
+        return enqueue(cls, items, given, on_commit=on_commit, outbox=outbox)[0]
 
     @classmethod
     def enqueue_many(
@@ -215,8 +215,8 @@ class Job(Generic[P]):
         items = [(payload, None) for payload in payloads]
         for payload, _ in items:
             cls.check_payload(payload)
-        options = Options(queue, delay, eta, max_attempts, timeout, retention, None)
-        return enqueue(cls, items, options, on_commit=on_commit, outbox=outbox)
+        given = Options.of(queue, delay, eta, max_attempts, timeout, retention)
+        return enqueue(cls, items, given, on_commit=on_commit, outbox=outbox)
 
 
 def _payload_type(cls: type) -> type[Any] | None:
