@@ -10,6 +10,11 @@ delta again is a completed task's, kept with the default RETENTION (24 h). For e
 `MEMORY USAGE` of one task record and of the state's structure over N, the record's encoding,
 and its fields' sizes: where the bytes go.
 
+The floor: what the same keys cost holding less, on a fresh private Redis: the message alone
+in a string key (a 1 KB payload in our JSON, in jemalloc's size classes, with a key's fixed
+overhead), a key holding one byte (that overhead alone), and a record holding only its
+message (a hash's own overhead on top), against the completed sorted set's share.
+
 The hot path's commands: the same tasks drained the way a worker child does (`settle`: the
 ack of the last task and the fetch of the next in one ack_dequeue call each), with
 `INFO commandstats` reset first; the commands Redis ran inside the scripts, per job.
@@ -139,6 +144,36 @@ def redis_side(count: int, listpack_value: int | None = None) -> None:
         )
 
 
+def floor(count: int) -> None:
+    """What the record's keys cost with less in them (see the module's docstring)."""
+    namespace = f"bench-{uuid.uuid4().hex[:8]}"
+    message = ('{"v":3,"job":"bench.Kilo","payload":{"data":"' + "x" * PAYLOAD_BYTES
+               + '"},"max_attempts":5,"timeout":300.0,"retention":86400.0}')  # fmt: skip
+    keys = [f"{namespace}:{{{QUEUE}}}:t:{uuid.uuid4().hex}" for _ in range(count)]
+    with private_redis() as url:
+        probe = redis.Redis.from_url(url)
+
+        def per_key(write: str, value: str) -> float:
+            probe.flushall()
+            base = used(probe)
+            pipe = probe.pipeline(transaction=False)
+            for key in keys:
+                if write == "set":
+                    pipe.set(key, value)
+                else:
+                    pipe.hset(key, "msg", value)
+            pipe.execute()
+            return (used(probe) - base) / count
+
+        alone, overhead = per_key("set", message), per_key("set", "x")
+        hashed = per_key("hset", message)
+    print(
+        f"\nThe floor, {count:,} keys named as records: the message ({len(message):,} bytes) "
+        f"alone in a string key {alone:,.0f} bytes a key; a key of one byte {overhead:,.0f} "
+        f"(a key's fixed overhead); a hash holding only the message {hashed:,.0f}"
+    )
+
+
 def hot_path(count: int) -> None:
     """The commands inside the ack-and-fetch script per job (INFO commandstats)."""
     from django.test.utils import override_settings
@@ -252,6 +287,7 @@ def main() -> None:
     redis_side(count)
     print()
     redis_side(count, listpack_value=2048)  # what a listpack record would cost
+    floor(count)
     hot_path(count)
     worker_side(args.venvs, 200)
 
