@@ -1,4 +1,5 @@
-"""A Redis Cluster of a test's own: 3 masters (each with a replica when asked) on free ports.
+"""A Redis Cluster of a test's own: 3 masters (each with a replica when asked) on free ports,
+on TLS when given certificates (tests/tls.py).
 
 `ClusterSetup` starts the servers (tests/sentinel.py's `Process`), joins them with
 `redis-cli --cluster create`, and tears them down; `move_slot` moves one slot between masters
@@ -22,6 +23,7 @@ from redis.cluster import key_slot
 
 from tests.conftest import free_port, wait_until
 from tests.sentinel import Process
+from tests.tls import Certs, TLSProcess
 
 #: Each node's cluster settings: a short node timeout, so that a failover takes seconds.
 NODE_CONFIG = (
@@ -52,22 +54,30 @@ def _executable(name: str) -> str:
 
 
 class ClusterSetup:
-    """Three masters, slots split evenly, and `replicas` replicas of each."""
+    """Three masters, slots split evenly, and `replicas` replicas of each; with `certs`, every
+    node on TLS only (clients, replication and the cluster bus)."""
 
-    def __init__(self, directory: Path, replicas: int = 0) -> None:
+    def __init__(self, directory: Path, replicas: int = 0, certs: Certs | None = None) -> None:
         server = _executable("redis-server")
         self.cli = _executable("redis-cli")
         count = 3 * (1 + replicas)
         self.replicas = replicas
-        self.nodes = [
+        self.certs = certs
+        self.nodes: list[Process] = [
             Process(server, directory / f"n{i}", NODE_CONFIG, port=cluster_port())
+            if certs is None
+            else TLSProcess(server, directory / f"n{i}", NODE_CONFIG, cluster_port(), certs=certs)
             for i in range(count)
         ]
 
     @property
     def url(self) -> str:
-        """The `redis+cluster://` URL of the first two masters (the client finds the rest)."""
-        return f"redis+cluster://127.0.0.1:{self.nodes[0].port},127.0.0.1:{self.nodes[1].port}"
+        """The `redis+cluster://` URL of the first two masters (the client finds the rest);
+        `rediss+cluster://` with the certificates in its query on TLS."""
+        nodes = f"127.0.0.1:{self.nodes[0].port},127.0.0.1:{self.nodes[1].port}"
+        if self.certs is None:
+            return f"redis+cluster://{nodes}"
+        return f"rediss+cluster://{nodes}?{self.certs.query}"
 
     def start(self) -> None:
         try:
@@ -80,8 +90,9 @@ class ClusterSetup:
         for node in self.nodes:
             node.start()
         addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+        tls = [] if self.certs is None else self.certs.cli_args()
         subprocess.run(
-            [self.cli, "--cluster", "create", *addresses, "--cluster-replicas",
+            [self.cli, *tls, "--cluster", "create", *addresses, "--cluster-replicas",
              str(self.replicas), "--cluster-yes"],
             check=True, capture_output=True, timeout=60,
         )  # fmt: skip
@@ -102,7 +113,8 @@ class ClusterSetup:
         return True
 
     def client(self) -> redis.RedisCluster:
-        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port)
+        tls = {} if self.certs is None else self.certs.client_options()
+        return redis.RedisCluster(host="127.0.0.1", port=self.nodes[0].port, **tls)
 
     def stop(self) -> None:
         for node in self.nodes:

@@ -60,7 +60,8 @@ ASKING = pack_command(("ASKING",))
 @sensitive_variables("target", "options")
 def cluster_client(target: ClusterURL, options: dict[str, Any]) -> RedisCluster:
     """A client of the Cluster `target` names; `options` are each node's connection's
-    (timeouts, decoding), and `retry` the client's.
+    (timeouts, decoding), and `retry` the client's. A `rediss+cluster://` target's connections
+    to every node use TLS, with its options (`ssl_ca_certs`, ...: redis-py's own).
 
     redis-py asks the nodes for the slot map as it is built: a Cluster that no listed node
     answers for raises redis.ConnectionError here (the broker factory's caller sees
@@ -69,12 +70,14 @@ def cluster_client(target: ClusterURL, options: dict[str, Any]) -> RedisCluster:
     options = dict(options)
     retry = options.pop("retry")
     nodes = [ClusterNode(host, port) for host, port in target.nodes]  # type: ignore[no-untyped-call]
+    tls = {} if target.tls is None else {"ssl": True, **target.tls}
     try:
         return RedisCluster(
             startup_nodes=nodes,
             username=target.username,
             password=target.password,
             retry=retry,
+            **tls,
             **options,
         )
     except redis.RedisError as exc:

@@ -47,8 +47,8 @@ from django_jobs.broker.topology import sentinel_client
 from django_jobs.conf import JobsSettings
 from django_jobs.conf.redact import redact as redact
 from django_jobs.conf.redis_url import (
-    CLUSTER_SCHEME,
-    SENTINEL_SCHEME,
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
     parse_cluster_url,
     parse_sentinel_url,
 )
@@ -106,8 +106,8 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     """
     scheme = url.partition("://")[0]
     try:
-        sentinel = parse_sentinel_url(url) if scheme == SENTINEL_SCHEME else None
-        cluster = parse_cluster_url(url) if scheme == CLUSTER_SCHEME else None
+        sentinel = parse_sentinel_url(url) if scheme in SENTINEL_SCHEMES else None
+        cluster = parse_cluster_url(url) if scheme in CLUSTER_SCHEMES else None
         if sentinel is None and cluster is None:
             redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:

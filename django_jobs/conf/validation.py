@@ -32,8 +32,8 @@ from django_jobs.conf.defaults import (
 from django_jobs.conf.queues import check_queues, error, is_name, queue_names
 from django_jobs.conf.redact import redact
 from django_jobs.conf.redis_url import (
-    CLUSTER_SCHEME,
-    SENTINEL_SCHEME,
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
     parse_cluster_url,
     parse_sentinel_url,
 )
@@ -53,7 +53,7 @@ def _check_redis_url(value: Any) -> list[Error]:
             )
         ]
     scheme = urlsplit(value).scheme
-    if scheme not in (*REDIS_SCHEMES, CLUSTER_SCHEME):
+    if scheme not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES, *CLUSTER_SCHEMES):
         shown = redact(value)
         return [
             error(
@@ -61,13 +61,14 @@ def _check_redis_url(value: Any) -> list[Error]:
                 f"JOBS['REDIS_URL'] has scheme {scheme or '(none)'!r} ({shown!r}).",
                 "Use redis://host:port/db, rediss:// for TLS, unix:///path/to/socket, "
                 "redis+sentinel://host:26379,host2:26379/<service>/<db> or "
-                "redis+cluster://host:6379,host2:6379 (a Redis Cluster).",
+                "redis+cluster://host:6379,host2:6379 (a Redis Cluster); rediss+sentinel:// "
+                "and rediss+cluster:// for TLS.",
             )
         ]
     try:
-        if scheme == SENTINEL_SCHEME:
+        if scheme in SENTINEL_SCHEMES:
             parse_sentinel_url(value)
-        elif scheme == CLUSTER_SCHEME:
+        elif scheme in CLUSTER_SCHEMES:
             parse_cluster_url(value)
         else:
             parse_url(value)  # type: ignore[no-untyped-call]
