@@ -75,7 +75,7 @@ def run(run: Run, profile: Profile, result: Result) -> None:
             ("not JSON", "{not json", "is not valid JSON"),
             ("not UTF-8", b"\xff\xfe\x00{", "could not decode the task record"),
             ("no record", None, "record evicted: only the task's id was left"),
-            ("newer release", json.dumps({"v": 3, "id": "x"}), "has version 3"),
+            ("newer release", json.dumps({"v": 4, "id": "x"}), "has version 4"),
         ]
         for name, msg, says in records:
             task_id = plant(stage, msg)

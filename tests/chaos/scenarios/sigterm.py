@@ -56,7 +56,7 @@ def run(run: Run, profile: Profile, result: Result) -> None:
         crashed = {
             i: r
             for i, r in stage.records(stage.ledger.accepted, "crashes", "attempts").items()
-            if r != ["0", "0"]
+            if [value or "0" for value in r] != ["0", "0"]  # a counter absent: none counted
         }
         result.note(f"{profile.terms} SIGTERMs; {put_back} running tasks put back unspent")
         result.expect(put_back > 0, "no stop had to put a running task back")
