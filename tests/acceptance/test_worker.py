@@ -240,8 +240,9 @@ def test_runworker__idle_worker_wakes_within_milliseconds_and_stays_quiet(
 
     # Then it sends a few round trips a second, not a busy poll (thousands). Counted here are
     # the commands inside scripts too, with this test's fast profile (every loop ticks each
-    # second): the forwarder alone runs about 12 of them a second over three queues.
-    assert per_second < 100, per_second
+    # second) over a default worker's five queues: about 87 a second measured on a quiet
+    # machine, 103 once at load 9; a busy poll is thousands.
+    assert per_second < 300, per_second
     # ...and still picks up a job at once
     on_private = redis_ns_on(private_redis, redis_ns)
     sent = time.monotonic()

@@ -27,6 +27,8 @@ from tests.integration.test_child_alarm import restored_signals  # noqa: F401 (a
 
 #: What the handlers saw, in order.
 seen: list[str] = []
+#: The tags whose handler is inside its try (a lease lost before then is not seen by it).
+holding: set[str] = set()
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class AsyncHold(Job[Hold]):
 
     async def run(self, payload: Hold) -> None:
         try:
+            holding.add(payload.tag)
             await asyncio.sleep(payload.seconds)
         except LeaseLost as exc:
             seen.append(f"{payload.tag}: {type(exc).__name__}")
@@ -52,6 +55,7 @@ class AsyncHold(Job[Hold]):
 @pytest.fixture(autouse=True)
 def _clear() -> None:
     seen.clear()
+    holding.clear()
 
 
 def meanwhile(action: Callable[[], None]) -> threading.Thread:
@@ -79,6 +83,7 @@ def test_async_child__lost_lease_interrupts_that_run_only_and_writes_nothing(
             return next((r for i in range(2) if (r := table.get(i)) and r.task_id == lost.id), 0)
 
         running = wait_until(published)
+        wait_until(lambda: "lost" in holding)  # its handler awaits inside its try
         table.mark_lost(next(i for i in range(2) if table.get(i) == running), running)
         os.kill(os.getpid(), LOST_SIGNAL)
 
