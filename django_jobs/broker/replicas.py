@@ -65,7 +65,10 @@ def replicated(
     On a Cluster a WAIT goes to each node the scripts go to, after them on the same connection.
     A script that a MOVED sent on to another node ran after that node's WAIT, if any: the map
     has changed for that script then (even when the nodes written to stay the same), and it is
-    all sent again once (an enqueue runs twice safely).
+    all sent again once (an enqueue runs twice safely). An ASK (a slot being moved) does not
+    land an enqueue on the importing node: it answers TRYAGAIN to a script naming a key it
+    does not hold (the new task's record) until the move ends, and then the source's MOVED is
+    that case (tests/cluster_leg/test_cluster_replica_acks.py).
     """
     settings = broker.settings
     commands: list[tuple[Any, ...]] = [

@@ -5,6 +5,7 @@ for its own queues."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from django_jobs import Job, ReplicaAckTimeout
 from django_jobs.client import get_broker
 from tests.cluster import ClusterSetup, cluster_setup, slot_of  # noqa: F401 (the fixture)
+from tests.conftest import wait_until
 from tests.sentinel import Process
 
 QUEUES = ["critical", "default", "low"]
@@ -76,3 +78,69 @@ def test_enqueue__on_a_cluster_every_master_written_waits_for_its_replica(
         assert KeepOnCluster.enqueue(Note("fine"), queue=other).state == "pending"
     finally:
         frozen.thaw()
+
+
+def errorstat(node: Process, error: str) -> int:
+    with node.client() as client:
+        return int(client.info("errorstats").get(f"errorstat_{error}", {}).get("count", 0))
+
+
+@pytest.mark.parametrize("cluster_setup", [1], indirect=True)
+def test_enqueue__met_by_ask_waits_for_the_replica_of_the_master_that_took_it(
+    cluster_setup: ClusterSetup,  # noqa: F811
+    settings: Any,
+) -> None:
+    # Given REPLICA_ACKS = 1 and the slot of `default` being moved to another master, its keys
+    # (none yet) all gone from the source, which then answers ASK
+    settings.JOBS = {"REDIS_URL": cluster_setup.url, "REPLICA_ACKS": 1,
+                     "REPLICA_ACKS_TIMEOUT": 0.5}  # fmt: skip
+    broker = get_broker()
+    slot = slot_of(broker.keys("default").pending)
+    for master in cluster_setup.masters():  # every master has the scripts (no NOSCRIPT below)
+        with master.client() as client:
+            for script in broker.scripts.values():
+                client.script_load(script.script)
+    source = cluster_setup.owner(slot)
+    masters = cluster_setup.masters()
+    target = next(node for node in masters if node is not source)
+    with source.client() as src, target.client() as dst:
+        source_id, target_id = (
+            src.execute_command("CLUSTER MYID"),
+            dst.execute_command("CLUSTER MYID"),
+        )
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+    asks, retries = errorstat(source, "ASK"), errorstat(target, "TRYAGAIN")
+    frozen = replica_of(cluster_setup, target)
+    outcome: list[BaseException | str] = []
+
+    def enqueue() -> None:
+        try:
+            outcome.append(KeepOnCluster.enqueue(Note("moving"), queue="default").id)
+        except BaseException as exc:  # the test reads it
+            outcome.append(exc)
+
+    # When an enqueue meets the ASK (and the target's TRYAGAIN: a script naming a key it does
+    # not hold yet), the target's replica stops answering, and the move ends
+    thread = threading.Thread(target=enqueue)
+    thread.start()
+    frozen.freeze()
+    try:
+        wait_until(lambda: errorstat(source, "ASK") > asks, timeout=5)
+        wait_until(lambda: errorstat(target, "TRYAGAIN") > retries, timeout=5)
+        for node in [target, source, *masters]:
+            with node.client() as client:
+                client.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        thread.join(timeout=10)
+
+        # Then the enqueue ran on the target and waited for the target's replica: it is not
+        # confirmed by the source's, which answered at once (the write was not its)
+        (result,) = outcome
+        assert isinstance(result, ReplicaAckTimeout), result
+        assert "only 0 of the 1 replicas" in str(result)
+    finally:
+        frozen.thaw()
+    with target.client() as client:
+        assert client.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
+    with source.client() as client:
+        assert client.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
