@@ -38,7 +38,7 @@ from django_jobs.cursor import InvalidCursor, decode_cursor, encode_cursor
 from django_jobs.exceptions import TaskRunning
 from django_jobs.inspector import RETRY_RULE, Inspector, TaskInfo, may_retry
 from django_jobs.jobs import registry
-from django_jobs.keys import State
+from django_jobs.keys import State, logical_queue
 from django_jobs.models import Task
 
 #: Tasks on one page of the tasks list.
@@ -162,8 +162,8 @@ class TaskAdmin(CancelActions):
         )
         left = found.next_offsets or {}
         # How far the listing has gone: a queue missing from a cursor has been read to its end.
-        start = 0 if offsets is None else sum(offsets.get(q, counts.get(q, 0)) for q in queues)
-        position = sum(left.get(q, counts.get(q, 0)) for q in queues)
+        start = 0 if offsets is None else _gone(offsets, queues, counts)
+        position = _gone(left, queues, counts)
         further = listing.url(at=encode_cursor(left)) if left else ""
         return {
             "items": found.items,
@@ -322,3 +322,14 @@ class TaskAdmin(CancelActions):
             return messages.WARNING, f"Task {task_id} was already gone."
 
         return self.act(request, True, change, then)
+
+
+def _gone(offsets: dict[str, int], queues: tuple[str, ...], counts: dict[str, int]) -> int:
+    """How far a listing went through queues by its offsets: a queue missing from them has been
+    read to its end; a sharded queue's offsets are its shards' (those read to the end left out,
+    so it may count short)."""
+    gone = 0
+    for queue in queues:
+        own = [offset for name, offset in offsets.items() if logical_queue(name) == queue]
+        gone += sum(own) if own else counts.get(queue, 0)
+    return gone

@@ -18,15 +18,17 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from django_jobs import DuplicateJob, Job
-from django_jobs.broker import scripts
-from django_jobs.broker.connection import ScriptCalls
-from django_jobs.broker.protocol import Action, Delivery, Verdict
 from django_jobs.broker.shards import shard_names, shards_for
 from django_jobs.client import get_broker
 from django_jobs.inspector import get_inspector
 from django_jobs.keys import State
 from django_jobs.testing import run_burst
 from tests.conftest import RedisNamespace
+from tests.integration.test_fetch_rounds import (
+    Rounds,
+    ack,
+    rounds,  # noqa: F401 (a fixture, for `trips`)
+)
 
 SHARDS = 4
 QUEUES = {"critical": {}, "default": {"shards": SHARDS}, "low": {}}
@@ -77,34 +79,11 @@ def per_shard(ns: RedisNamespace) -> dict[str, int]:
     return {name: len(pending(ns, name)) for name in NAMES}
 
 
-class Rounds:
-    """Counts the broker's round trips (as tests/integration/test_fetch_rounds.py)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def take(self) -> int:
-        count, self.count = self.count, 0
-        return count
-
-
 @pytest.fixture
-def rounds(monkeypatch: pytest.MonkeyPatch, sharded: RedisNamespace) -> Rounds:
-    counter = Rounds()
-    original = ScriptCalls._round_trip
-    for source in scripts.SOURCES.values():  # the steady state: every script cached
-        get_broker().client.script_load(source)
-
-    def counted(self: ScriptCalls, *args: Any, **kwargs: Any) -> list[Any]:
-        counter.count += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(ScriptCalls, "_round_trip", counted)
+def trips(sharded: RedisNamespace, request: pytest.FixtureRequest) -> Rounds:
+    """test_fetch_rounds' count of the broker's round trips, on the sharded queues."""
+    counter: Rounds = request.getfixturevalue("rounds")
     return counter
-
-
-def ack(delivery: Delivery) -> Verdict:
-    return Verdict(delivery.id, delivery.queue, delivery.epoch, "", Action.ACK, retention=60)
 
 
 def served() -> list[str]:
@@ -135,13 +114,13 @@ def test_enqueue_many__a_batch_is_one_shard_the_next_batch_the_next(
 
 
 def test_idempotency__a_keyed_task_is_on_its_keys_shard_in_one_round_trip(
-    rounds: Rounds, sharded: RedisNamespace
+    sharded: RedisNamespace, trips: Rounds
 ) -> None:
     shards = Counter()
     for n in range(24):
-        rounds.take()
+        trips.take()
         handle = Hot.enqueue(Item(n), idempotency_key=f"order-{n}")
-        assert rounds.take() == 1  # the key in the slot of the task's shard: no hand-off
+        assert trips.take() == 1  # the key in the slot of the task's shard: no hand-off
         (shard,) = [name for name in NAMES if handle.id in pending(sharded, name)]
         key = get_broker().keys("default").idempotency(Hot.name, f"order-{n}")
         assert key.startswith(f"{sharded.namespace}:{{{shard}}}:idem:")
@@ -182,32 +161,34 @@ def test_idempotency__a_key_taken_on_another_queue_is_refused_on_the_sharded_one
 # -- fetch --------------------------------------------------------------------------------
 
 
-def test_fetch__every_shard_is_drained_in_turn_one_round_trip_each(rounds: Rounds) -> None:
+def test_fetch__every_shard_is_drained_in_turn_one_round_trip_each(
+    sharded: RedisNamespace, trips: Rounds
+) -> None:
     for n in range(8 * SHARDS):
         Hot.enqueue(Item(n))
     broker = get_broker()
     queues = served()
     (task,) = broker.dequeue_many(queues, 1)
     taken = [task.queue]
-    rounds.take()
-    trips = []
+    trips.take()
+    counts = []
     while True:
         written, fetched = broker.settle([ack(task)], queues, 1)
         assert written == [True]
-        trips.append(rounds.take())
+        counts.append(trips.take())
         if not fetched:
             break
         (task,) = fetched
         taken.append(task.queue)
         # No shard starves: after every fetch, no shard is more than one task ahead.
-        counts = Counter(taken)
-        assert max(counts.values()) - min(counts[name] for name in NAMES) <= 1, counts
+        spread = Counter(taken)
+        assert max(spread.values()) - min(spread[name] for name in NAMES) <= 1, spread
 
     assert Counter(taken) == dict.fromkeys(NAMES, 8)
     # One round trip per fetch while the next shard has work (the critical queue's EXISTS and
     # the shard's dequeue, with the ack before), two for the last (every queue looked at).
-    assert trips[:-1] == [1] * (len(taken) - 1)
-    assert trips[-1] == 2
+    assert counts[:-1] == [1] * (len(taken) - 1)
+    assert counts[-1] == 2
 
 
 def test_fetch__a_critical_task_goes_before_any_shard_and_low_waits_for_all(
@@ -303,8 +284,7 @@ def test_inspector__retry_all_delete_and_purge_reach_every_shard(sharded: RedisN
 def test_api_and_cli__counts_are_the_sums_over_the_shards(
     sharded: RedisNamespace, admin_client: Any
 ) -> None:
-    for n in range(2 * SHARDS):
-        Hot.enqueue(Item(n))
+    handles = [Hot.enqueue(Item(n), idempotency_key=f"key-{n}") for n in range(2 * SHARDS)]
 
     overview = admin_client.get("/api/v1/admin/jobs").json()
     out = io.StringIO()
@@ -317,3 +297,28 @@ def test_api_and_cli__counts_are_the_sums_over_the_shards(
         assert list(by_name) == ["critical", "default", "low"]
         assert by_name["default"]["pending"] == 2 * SHARDS
     assert ("default#" in page, "default" in page) == (False, True)
+    tasks = reverse("admin:django_jobs_task_changelist")
+    for query in ("", "&q=key-"):  # paged by number; merged through the cursor (a search)
+        listing = admin_client.get(f"{tasks}?queue=default&state=pending{query}").content.decode()
+        assert all(h.id in listing for h in handles), query
+        assert "default#" not in listing
+
+
+@pytest.mark.django_db
+def test_api__pages_a_sharded_queue_through_its_cursor_and_acts_on_every_shard(
+    sharded: RedisNamespace, admin_client: Any
+) -> None:
+    handles = [Hot.enqueue(Item(n)) for n in range(3 * SHARDS)]
+    seen: list[str] = []
+    url: str | None = "/api/v1/admin/jobs/tasks?state=pending&queue=default&per_page=5"
+    while url:
+        page = admin_client.get(url).json()
+        assert {t["queue"] for t in page["results"]} == {"default"}
+        seen += [t["id"] for t in page["results"]]
+        url = page["next"]
+    assert sorted(seen) == sorted(h.id for h in handles)  # each once, across the shards
+
+    task = admin_client.get(f"/api/v1/admin/jobs/{handles[-1].id}").json()
+    assert (task["id"], task["queue"]) == (handles[-1].id, "default")
+    assert admin_client.post("/api/v1/admin/jobs/queues/default/pause").status_code in (200, 204)
+    assert all(sharded.client.exists(f"{sharded.namespace}:{{{n}}}:paused") for n in NAMES)
