@@ -144,6 +144,7 @@ CLUSTER_TESTS = [
     "tests/integration/test_cluster_slots.py",
     "tests/integration/test_fetch_rounds.py",
     "tests/integration/test_fetch_handback.py",
+    "tests/integration/test_replay_safety.py",
     "tests/integration/test_shards.py",
     "tests/cluster_leg",
 ]

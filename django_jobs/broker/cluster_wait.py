@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import select
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from hiredis import pack_command
@@ -50,6 +50,10 @@ class ClusterWait(FetchCalls):
         self._wait_ids: dict[int, int] = {}
         #: A BLPOP's error reply in this wait (a wake key of another type), if any.
         self._wait_error: ResponseError | None = None
+
+    if TYPE_CHECKING:  # receipts.ReceiptCalls' (RedisBroker mixes in both)
+
+        def give_back_unsure(self) -> int: ...
 
     def _wait_connection(self, queue: str, node: ClusterNode) -> Any:
         if self._waits_pid != os.getpid():  # a forked child opens its own
@@ -80,6 +84,9 @@ class ClusterWait(FetchCalls):
         blocked: dict[int, tuple[ClusterNode, Any]] = {}
         self._wait_error = None
         with self.unavailable():
+            # What fetches whose reply was lost took goes back first, as on one server
+            # (RedisBroker.fetch): the give-back's wake-up tokens end the BLPOPs at once.
+            self.give_back_unsure()
             for index, queue in enumerate(queues):
                 wake = self.keys(queue).wake
                 node = self.wire.node(key_slot(wake.encode()))

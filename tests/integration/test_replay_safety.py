@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from django_jobs.conf import get_settings
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
 from django_jobs.worker.child import Child
 from django_jobs.worker.slots import SlotTable
-from tests.conftest import RedisNamespace
+from tests.conftest import CLUSTER_LEG, RedisNamespace
 
 
 class LosingProxy:
@@ -39,6 +40,8 @@ class LosingProxy:
         self.port = self.server.getsockname()[1]
         self.target = port
         self.lose_next = threading.Event()
+        #: Replies to pass on, once lose_next is set, before the lost one.
+        self.skip = 0
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -60,8 +63,10 @@ class LosingProxy:
                     if not data:
                         return
                     if source is upstream and self.lose_next.is_set():
-                        self.lose_next.clear()
-                        return  # the reply is lost with the connection
+                        if not self.skip:
+                            self.lose_next.clear()
+                            return  # the reply is lost with the connection
+                        self.skip -= 1
                     (upstream if source is client else client).sendall(data)
         except OSError:
             return
@@ -74,10 +79,28 @@ class LosingProxy:
         self.server.close()
 
 
+def through(proxy: LosingProxy, ns: RedisNamespace, blocking: float = 0.0) -> RedisBroker:
+    """A broker whose connections to the server holding `default` go through proxy: on a
+    Cluster (its leg), the client's map sends that master's slots to the proxy."""
+    if not CLUSTER_LEG:
+        return RedisBroker(
+            connect(f"redis://127.0.0.1:{proxy.port}/0", 2.0, blocking=blocking), get_settings()
+        )
+    client: Any = connect(ns.url, 2.0, blocking=blocking)
+    real, near = ("127.0.0.1", proxy.target), ("127.0.0.1", proxy.port)
+    client.nodes_manager.address_remap = lambda at: near if tuple(at) == real else at
+    client.nodes_manager.initialize()
+    return RedisBroker(client, get_settings())
+
+
 @pytest.fixture
 def proxied(redis_ns: RedisNamespace) -> Iterator[tuple[RedisBroker, LosingProxy]]:
-    proxy = LosingProxy(int(redis_ns.client.connection_pool.connection_kwargs["port"]))
-    broker = RedisBroker(connect(f"redis://127.0.0.1:{proxy.port}/0", 2.0), get_settings())
+    if CLUSTER_LEG:
+        port = redis_ns.client.get_node_from_key(f"{redis_ns.namespace}:{{default}}:x").port
+    else:
+        port = redis_ns.client.connection_pool.connection_kwargs["port"]
+    proxy = LosingProxy(int(port))
+    broker = through(proxy, redis_ns)
     yield broker, proxy
     broker.client.close()
     proxy.close()
@@ -90,6 +113,19 @@ def request(task_id: str) -> EnqueueRequest:
     )  # fmt: skip
 
 
+def opened(broker: RedisBroker) -> None:
+    """Open the connections a child has open when it fetches (its own; on a Cluster its wait's
+    too), by a wait that finds nothing: a reply lost next is a call's, not a connect's."""
+    assert broker.wait_and_fetch(["default"], 0.01) == []
+
+
+def lose_wait(proxy: LosingProxy) -> None:
+    """Lose the reply of the next wait's fetch: on one server the BLPOP's and the fetch's (one
+    round trip); on a Cluster the fetch's, after the BLPOP's (cluster_wait.py)."""
+    proxy.skip = 1 if CLUSTER_LEG else 0
+    proxy.lose_next.set()
+
+
 def active(ns: RedisNamespace) -> list[bytes]:
     return list(ns.client.lrange(f"{ns.namespace}:{{default}}:active", 0, -1))
 
@@ -98,8 +134,8 @@ def test_settle__a_fetch_whose_reply_was_lost_is_not_sent_again(
     proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
 ) -> None:
     broker, proxy = proxied
+    opened(broker)
     broker.enqueue([request("a" * 32), request("b" * 32)])
-    broker.settle([], ["default"], 0)  # the child's own connection is open
 
     proxy.lose_next.set()
     with pytest.raises(BrokerUnavailable):
@@ -162,9 +198,9 @@ def test_give_back_unsure__a_stopping_child_gives_back_what_its_lost_wait_fetche
     proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
 ) -> None:
     broker, proxy = proxied
+    opened(broker)
     broker.enqueue([request("a" * 32)])
-    broker.settle([], ["default"], 0)
-    proxy.lose_next.set()
+    lose_wait(proxy)
     with pytest.raises(BrokerUnavailable):
         broker.wait_and_fetch(["default"], 0.01)
 
@@ -194,12 +230,13 @@ def test_child__stopped_after_its_wait_lost_its_reply_gives_back_what_the_wait_t
 
     def lost_then_sigterm(queues: Sequence[str], timeout: float) -> list[Delivery]:
         broker.enqueue([request("a" * 32)])
-        proxy.lose_next.set()
+        lose_wait(proxy)
         try:
             return wait_and_fetch(queues, timeout)
         finally:
             child.stopping = True  # what Child._on_term does
 
+    opened(broker)
     monkeypatch.setattr(broker, "wait_and_fetch", lost_then_sigterm)
 
     child.run()
@@ -231,11 +268,10 @@ def test_wait_and_fetch__after_a_lost_reply_hands_out_its_task_without_waiting_f
     proxied: tuple[RedisBroker, LosingProxy], redis_ns: RedisNamespace
 ) -> None:
     _, proxy = proxied
-    url = f"redis://127.0.0.1:{proxy.port}/0"
-    broker = RedisBroker(connect(url, 2.0, blocking=20.0), get_settings())
+    broker = through(proxy, redis_ns, blocking=20.0)
+    opened(broker)
     broker.enqueue([request("a" * 32)])
-    broker.settle([], ["default"], 0)
-    proxy.lose_next.set()
+    lose_wait(proxy)
     with pytest.raises(BrokerUnavailable):
         broker.wait_and_fetch(["default"], 0.01)  # took a and its token; the reply was lost
 
