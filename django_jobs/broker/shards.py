@@ -78,7 +78,8 @@ class Shards:
     def __init__(self, settings: JobsSettings) -> None:
         #: The sharded queues' shard names (a queue of one shard is not in it).
         self.names = {q: shard_names(q, n) for q, n in settings.queue_shards.items() if n > 1}
-        self._turns: dict[str, Iterator[int]] = {}
+        #: (queue, pid) -> this process's turns over the queue's shards (a forked child its own).
+        self._turns: dict[tuple[str, int], Iterator[int]] = {}
         self._levels: dict[tuple[str, ...], tuple[int, ...]] = {}
 
     def of(self, queue: str) -> tuple[str, ...]:
@@ -104,9 +105,10 @@ class Shards:
 
     def _turn(self, queue: str, count: int) -> int:
         """The next shard of queue for this process's enqueues (round robin)."""
-        turns = self._turns.get(queue)
-        if turns is None:  # from a start of this process's own: workers forked alike spread
-            turns = self._turns[queue] = itertools.count(os.getpid() % count)
+        pid = os.getpid()
+        turns = self._turns.get((queue, pid))
+        if turns is None:  # from a start of this process's own: children forked alike spread
+            turns = self._turns[(queue, pid)] = itertools.count(pid % count)
         return next(turns) % count
 
     def route(self, requests: Sequence[EnqueueRequest]) -> list[EnqueueRequest]:
