@@ -47,7 +47,7 @@ class Hooked(Job[Number]):
 
 def _message(ns: RedisNamespace, queue: str, task_id: str) -> Any:
     record = ns.client.hgetall(f"{ns.namespace}:{{{queue}}}:t:{task_id}")
-    return decode(record[b"msg"])
+    return decode(record[b"msg"], task_id, queue)
 
 
 def _limits(ns: RedisNamespace, handle: Any) -> tuple[Any, ...]:
