@@ -141,9 +141,10 @@ class Inspector:
         start = min(page - 1, MAX_OFFSET // per_page) * per_page  # past every end, not int64
         total, items = 0, []
         for shard in shards:  # from `start` on, in the shards one after the other
-            at = max(0, start - total)
-            stop = start + per_page - 1 - total
-            count, ids = self.broker.state_ids(shard, state, at, stop, newest_first=newest_first)
+            at, stop = max(0, start - total), start + per_page - 1 - total
+            # A full page reads only the shard's count (a negative stop counts from the end).
+            first, last = (at, stop) if stop >= 0 else (0, 0)
+            count, ids = self.broker.state_ids(shard, state, first, last, newest_first=newest_first)
             if stop >= 0 and ids:
                 items += self.broker.task_rows(shard, ids, state, budget=LIST_BYTES)
             total += count

@@ -250,6 +250,21 @@ def test_inspector__a_sharded_queue_is_one_queue_its_counts_the_sums(
     assert insp.locate([h.id for h in handles]) == {h.id: "default" for h in handles}
 
 
+def test_inspector__pages_by_number_go_through_the_shards_one_after_the_other(
+    sharded: RedisNamespace,
+) -> None:
+    handles = [Hot.enqueue(Item(n)) for n in range(10)]  # 3, 3, 2 and 2 on the shards
+    insp = get_inspector()
+
+    pages = [insp.tasks("default", State.PENDING, page=p, per_page=3) for p in range(1, 6)]
+
+    assert [len(p.items) for p in pages] == [3, 3, 3, 1, 0]
+    assert [p.has_next for p in pages] == [True, True, True, False, False]
+    assert {p.total for p in pages} == {10}
+    listed = [t.id for p in pages for t in p.items]
+    assert sorted(listed) == sorted(h.id for h in handles)  # each once
+
+
 def test_inspector__pause_pauses_every_shard_and_resume_resumes_them(
     sharded: RedisNamespace,
 ) -> None:
