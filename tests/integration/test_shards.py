@@ -17,7 +17,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_jobs import DuplicateJob, Job
+from django_jobs import CancelOutcome, DuplicateJob, Job, cancel
 from django_jobs.broker.shards import shard_names, shards_for
 from django_jobs.client import get_broker
 from django_jobs.inspector import get_inspector
@@ -263,6 +263,16 @@ def test_inspector__pages_by_number_go_through_the_shards_one_after_the_other(
     assert {p.total for p in pages} == {10}
     listed = [t.id for p in pages for t in p.items]
     assert sorted(listed) == sorted(h.id for h in handles)  # each once
+
+
+def test_handles__refresh_and_cancel_find_the_task_on_its_shard(sharded: RedisNamespace) -> None:
+    handles = [Hot.enqueue(Item(n)) for n in range(SHARDS)]  # one on each shard
+
+    outcomes = [h.cancel() for h in handles[:-1]] + [cancel(handles[-1].id)]
+
+    assert outcomes == [CancelOutcome.CANCELED] * SHARDS
+    assert [h.refresh() for h in handles] == [State.CANCELED] * SHARDS
+    assert per_shard(sharded) == dict.fromkeys(NAMES, 0)
 
 
 def test_inspector__pause_pauses_every_shard_and_resume_resumes_them(
