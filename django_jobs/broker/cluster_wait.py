@@ -138,7 +138,8 @@ class ClusterWait(FetchCalls):
         """Read the answers of the BLPOPs still blocked (unblocked by the fetch's round trip),
         adding those that took a token to woken; a connection that got no unblock (its CLIENT
         ID denied) is dropped instead of waited for. Returns the first read's error, if any
-        (its connection dropped, the others read on)."""
+        (its connection dropped, the others read on); one whose connection broke counts as
+        woken instead (`_took`)."""
         error: Exception | None = None
         for index in sorted(blocked):
             if id(blocked[index][1]) not in self._wait_ids:
@@ -164,6 +165,11 @@ class ClusterWait(FetchCalls):
         except ResponseError as exc:
             self._wait_error = exc  # a wake key of another type: the fetch still looks at it
             return False
+        except redis.ConnectionError:
+            # Its answer is lost with the connection: it may have taken a token, so the fetch
+            # looks at its queue as woken (a token given back that none took is only a hint).
+            self._drop_wait(queues[index])
+            return True
         except BaseException:
             self._drop_wait(queues[index])
             raise
