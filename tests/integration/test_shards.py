@@ -23,6 +23,7 @@ from django_jobs.client import get_broker
 from django_jobs.inspector import get_inspector
 from django_jobs.keys import State
 from django_jobs.testing import run_burst
+from tests.cluster_audit import recording
 from tests.conftest import RedisNamespace
 from tests.integration.test_fetch_rounds import (
     Rounds,
@@ -347,3 +348,31 @@ def test_api__pages_a_sharded_queue_through_its_cursor_and_acts_on_every_shard(
     assert (task["id"], task["queue"]) == (handles[-1].id, "default")
     assert admin_client.post("/api/v1/admin/jobs/queues/default/pause").status_code in (200, 204)
     assert all(sharded.client.exists(f"{sharded.namespace}:{{{n}}}:paused") for n in NAMES)
+
+
+def test_every_call_on_sharded_queues__names_keys_of_one_cluster_slot(
+    sharded: RedisNamespace,
+) -> None:
+    broker, insp = get_broker(), get_inspector()
+    with recording() as audit:
+        for n in range(SHARDS):
+            Hot.enqueue(Item(n))
+            Hot.enqueue(Item(n), idempotency_key=f"k{n}")  # on its key's shard
+            Hot.enqueue(Item(n), queue="low", idempotency_key=f"away{n}")  # a hand-off
+            Urgent.enqueue(Item(n), idempotency_key=f"u{n}")  # homed on critical
+        Hot.enqueue_many([Item(n) for n in range(3)])
+        for shard in shards_for(broker.settings).expand(["default"]):
+            broker.finish_handoffs(shard, grace=0)
+        (task,) = broker.dequeue_many(served(), 1)
+        for _ in range(6):
+            _written, (task,) = broker.settle([ack(task)], served(), 1)
+        insp.queues()
+        insp.tasks("default", State.PENDING, per_page=5)
+        insp.list_tasks(State.PENDING, ("default",), job=Hot.name)
+        insp.pause("default")
+        insp.resume("default")
+        insp.purge("default", State.PENDING)
+
+    spanning = {name: found for name, found in audit.spanning().items() if name != "BLPOP"}
+    assert spanning == {}, spanning
+    assert {"enqueue", "enqueue_many", "handoff", "dequeue", "ack", "delete"} <= set(audit.seen)
