@@ -192,6 +192,18 @@ def test_fetch__every_shard_is_drained_in_turn_one_round_trip_each(
     assert counts[-1] == 2
 
 
+def test_fetch__several_at_once_take_from_the_next_shards_in_turn(sharded: RedisNamespace) -> None:
+    for n in range(2 * SHARDS):  # two on each shard
+        Hot.enqueue(Item(n))
+    broker = get_broker()
+
+    batches = [broker.dequeue_many(served(), 3) for _ in range(3)]
+
+    assert [len(batch) for batch in batches] == [3, 3, 2]
+    assert Counter(d.queue for batch in batches for d in batch) == dict.fromkeys(NAMES, 2)
+    assert all(len({d.queue for d in batch}) >= 2 for batch in batches)  # not one shard's
+
+
 def test_fetch__a_critical_task_goes_before_any_shard_and_low_waits_for_all(
     sharded: RedisNamespace,
 ) -> None:
