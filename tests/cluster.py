@@ -151,17 +151,10 @@ class ClusterSetup:
         source = self.owner(slot)
         if source is target:
             return 0
-        with (
-            source.client(decode_responses=True) as src,
-            target.client(decode_responses=True) as dst,
-        ):
-            source_id, target_id = (
-                src.execute_command("CLUSTER MYID"),
-                dst.execute_command("CLUSTER MYID"),
-            )
-            dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
-            src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
-            moved = 0
+        masters = self.masters()
+        self.open_move(slot, source, target)
+        moved = 0
+        with source.client(decode_responses=True) as src:
             while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, batch):
                 src.execute_command(
                     "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "REPLACE", "KEYS", *keys
@@ -169,13 +162,27 @@ class ClusterSetup:
                 moved += len(keys)
                 if between is not None:
                     between()
-            for node in (dst, src):
-                node.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
-            for other in self.masters():
-                if other not in (source, target):
-                    with other.client() as client:
-                        client.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        self.close_move(slot, target, [source, *masters])
         return moved
+
+    @staticmethod
+    def open_move(slot: int, source: Process, target: Process) -> None:
+        """Mark slot IMPORTING on target from source, then MIGRATING on source to target."""
+        with source.client() as src, target.client() as dst:
+            source_id, target_id = src.cluster("MYID"), dst.cluster("MYID")
+            dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+
+    @staticmethod
+    def close_move(slot: int, target: Process, others: list[Process]) -> None:
+        """Give slot to target: on target first, then on each of `others` (the source first)."""
+        with target.client() as dst:
+            target_id = dst.cluster("MYID")
+            dst.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        for other in dict.fromkeys(others):  # once each
+            if other is not target:
+                with other.client() as client:
+                    client.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
 
 
 def slot_of(key: str) -> int:

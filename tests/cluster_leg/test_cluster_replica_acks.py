@@ -103,13 +103,7 @@ def test_enqueue__met_by_ask_waits_for_the_replica_of_the_master_that_took_it(
     source = cluster_setup.owner(slot)
     masters = cluster_setup.masters()
     target = next(node for node in masters if node is not source)
-    with source.client() as src, target.client() as dst:
-        source_id, target_id = (
-            src.execute_command("CLUSTER MYID"),
-            dst.execute_command("CLUSTER MYID"),
-        )
-        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", source_id)
-        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", target_id)
+    cluster_setup.open_move(slot, source, target)
     asks, retries = errorstat(source, "ASK"), errorstat(target, "TRYAGAIN")
     frozen = replica_of(cluster_setup, target)
     outcome: list[BaseException | str] = []
@@ -128,9 +122,7 @@ def test_enqueue__met_by_ask_waits_for_the_replica_of_the_master_that_took_it(
     try:
         wait_until(lambda: errorstat(source, "ASK") > asks, timeout=5)
         wait_until(lambda: errorstat(target, "TRYAGAIN") > retries, timeout=5)
-        for node in [target, source, *masters]:
-            with node.client() as client:
-                client.execute_command("CLUSTER SETSLOT", slot, "NODE", target_id)
+        cluster_setup.close_move(slot, target, [source, *masters])
         thread.join(timeout=10)
 
         # Then the enqueue ran on the target and waited for the target's replica: it is not
