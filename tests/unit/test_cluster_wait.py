@@ -75,6 +75,9 @@ class Wait(ClusterWait):
         self.handed += deliveries
         return len(deliveries)
 
+    def give_back_unsure(self) -> int:
+        return 0
+
 
 @pytest.fixture
 def conns() -> Iterator[dict[str, Conn]]:
@@ -108,3 +111,13 @@ def test_a_blpop_that_got_no_unblock_is_not_waited_for(conns: dict[str, Conn]) -
     wait = Wait(conns, {"a": 1}, lpush_fails=False)  # b's CLIENT ID was denied: no unblock
     assert wait.cluster_wait(["a", "b"], 5.0) == [TASK]
     assert (conns["b"].read, conns["b"].disconnected) == (0, 1)  # dropped, not read (blocks)
+
+
+def test_a_blpop_whose_answer_is_lost_counts_as_woken_and_the_fetch_runs(
+    conns: dict[str, Conn],
+) -> None:
+    conns["a"].answer()
+    conns["a"].fail = True  # its answer (it may have taken a token) lost with the connection
+    wait = Wait(conns, {"a": 1}, lpush_fails=False)
+    assert wait.cluster_wait(["a"], 5.0) == [TASK]
+    assert conns["a"].disconnected == 1
