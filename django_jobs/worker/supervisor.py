@@ -135,12 +135,8 @@ class Supervisor:
 
     def running(self) -> list[Delivery]:
         """The tasks the children run now, as deliveries (for leases and the registry)."""
-        out = []
-        for index in range(self.table.size):
-            task = self.table.get(index)
-            if task is not None:
-                out.append(self._delivery(task))
-        return out
+        tasks = (self.table.get(index) for index in range(self.table.size))
+        return [self._delivery(task) for task in tasks if task is not None]
 
     def _delivery(self, task: Running) -> Delivery:
         return Delivery(
