@@ -147,8 +147,11 @@ def redis_side(count: int, listpack_value: int | None = None) -> None:
 def floor(count: int) -> None:
     """What the record's keys cost with less in them (see the module's docstring)."""
     namespace = f"bench-{uuid.uuid4().hex[:8]}"
-    message = ('{"v":3,"job":"bench.Kilo","payload":{"data":"' + "x" * PAYLOAD_BYTES
-               + '"},"max_attempts":5,"timeout":300.0,"retention":86400.0}')  # fmt: skip
+    from django_jobs.message import Message, encode
+
+    # As enqueue writes it (the defaults' options: 5 attempts, 300 s, 24 h).
+    kilo = {"data": "x" * PAYLOAD_BYTES}
+    message = encode(Message(uuid.uuid4().hex, KiloJob.name, QUEUE, kilo, 5, 300.0, 86400.0))
     keys = [f"{namespace}:{{{QUEUE}}}:t:{uuid.uuid4().hex}" for _ in range(count)]
     with private_redis() as url:
         probe = redis.Redis.from_url(url)

@@ -15,15 +15,22 @@ from typing import Any
 
 from django_jobs.exceptions import InvalidPayload, JobsError
 
-#: The record version this release writes (`v` in the message). Records of earlier releases
-#: must stay readable: tests/integration/test_upgrades.py reads fixtures of versions 1 and 3.
-#: Version 2 added `trace` and `sensitive`. Version 3 leaves out what the record's key says (the
-#: task id and the queue: `decode` is given them) and options at their default (no
-#: `idempotency_key`, `trace` or `sensitive`): 81 bytes less a task. A worker of an
-#: earlier release refuses a version 3 record (sending it to dead, saying to run one release):
-#: upgrade the workers before the code that enqueues.
-VERSION = 3
+#: The newest record version (`v` in the message) this release reads, and every version it
+#: reads: records of earlier releases stay readable (tests/integration/test_upgrades.py reads
+#: fixtures of versions 1 and 3). Version 2 added `trace` and `sensitive`. Version 3 leaves out
+#: what the record's key says (the task id and the queue: `decode` is given them) and options at
+#: their default (no `idempotency_key`, `trace` or `sensitive`): 81 bytes less a task.
+NEWEST_READ = 3
 READS = (1, 2, 3)
+#: The record version this release writes: 2, as the releases before version 3 wrote it (a
+#: message with neither a trace nor the sensitive flag is written as version 1: version 2's
+#: keys without those two, which the releases before version 2 read too). The rollout rule: a
+#: release writes only a version that the release before it reads, so that during a rolling
+#: deploy old and new workers run each other's tasks; a new version is read by one release and
+#: written by a later one. The release before this one reads 1 and 2
+#: (tests/unit/test_message_format.py holds its decode, frozen); a later release may write 3
+#: (`encode(..., version=3)`) once every worker runs one that reads 3.
+WRITTEN_VERSION = 2
 
 
 class DecodeError(JobsError, ValueError):
@@ -70,15 +77,24 @@ class JobContext:
     worker_id: str = ""
 
 
-def encode(message: Message) -> str:
-    """Encode a message as compact JSON: "v" first, then "job" (dequeue.lua and read_fields.lua
-    find the job name as the first `,"job":"`), without the id and queue (the record's key
-    holds them) and without options left at their default."""
+def encode(message: Message, version: int = WRITTEN_VERSION) -> str:
+    """Encode a message as compact JSON, as record `version` 2 (1 without a trace or the flag:
+    with the id, the queue and the idempotency key, null or not) or 3 (without what the
+    record's key holds or options left at their default). "v" first, then the id in 1 and 2,
+    then "job": dequeue.lua and read_fields.lua find the job name as the first `,"job":"`."""
     m = message
-    body = {"v": VERSION, "job": m.job, "payload": m.payload, "max_attempts": m.max_attempts,
-            "timeout": m.timeout, "retention": m.retention}  # fmt: skip
-    if m.idempotency_key is not None:
-        body["idempotency_key"] = m.idempotency_key
+    if version == 3:
+        body = {"v": 3, "job": m.job, "payload": m.payload, "max_attempts": m.max_attempts,
+                "timeout": m.timeout, "retention": m.retention}  # fmt: skip
+        if m.idempotency_key is not None:
+            body["idempotency_key"] = m.idempotency_key
+    elif version == 2:
+        body = {"v": 2 if m.trace or m.sensitive else 1, "id": m.id, "job": m.job,
+                "queue": m.queue, "payload": m.payload, "max_attempts": m.max_attempts,
+                "timeout": m.timeout, "retention": m.retention,
+                "idempotency_key": m.idempotency_key}  # fmt: skip
+    else:
+        raise ValueError(f"this release writes record versions 2 and 3, not {version!r}")
     if m.trace:
         body["trace"] = m.trace
     if m.sensitive:
@@ -122,10 +138,10 @@ def decode(raw: str | bytes, task_id: str, queue: str) -> Message:
     version = body.pop("v", None)
     if version not in READS:
         raise DecodeError(
-            f"the task record has version {version!r}; this worker reads 1 to {VERSION}: "
+            f"the task record has version {version!r}; this worker reads 1 to {NEWEST_READ}: "
             f"run the same django-jobs release on every worker"
         )
-    if version == VERSION:
+    if version == 3:
         body.setdefault("id", task_id)
         body.setdefault("queue", queue)
     try:

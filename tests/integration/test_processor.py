@@ -75,15 +75,18 @@ def _clear_runs() -> None:
 
 
 def message(handle: JobHandle, payload: dict[str, Any], **fields: Any) -> dict[str, Any]:
-    """The decoded `msg` of a task enqueued with the defaults of the test settings: no id and
-    queue (its key says them), no option left at its default (message.VERSION 3)."""
+    """The decoded `msg` of a task enqueued with the defaults of the test settings, as this
+    release writes it (message.WRITTEN_VERSION: version 1 without a trace or the flag)."""
     return {
-        "v": 3,
+        "v": 1,
+        "id": handle.id,
         "job": handle.job,
+        "queue": handle.queue,
         "payload": payload,
         "max_attempts": 5,
         "timeout": 300.0,
         "retention": 86400.0,
+        "idempotency_key": None,
         **fields,
     }
 

@@ -110,20 +110,22 @@ def task_url(task_id: str, action: str = "change") -> str:
 # -- the record ---------------------------------------------------------------------------
 
 
-def test_message__carries_the_flag_and_a_normal_one_leaves_it_out() -> None:
+def test_message__carries_the_flag_as_version_2_and_a_normal_one_stays_version_1() -> None:
     common: dict[str, Any] = {"id": "a" * 32, "job": "x.Y", "queue": "default",
                               "payload": {"email": SECRET}, "max_attempts": 1, "timeout": 1.0,
                               "retention": 0.0}  # fmt: skip
     sensitive, normal = Message(**common, sensitive=True), Message(**common)
 
+    assert json.loads(encode(sensitive))["v"] == 2
     assert json.loads(encode(sensitive))["sensitive"] is True
     assert SENSITIVE_MARK in encode(sensitive)
     assert decode(encode(sensitive), "a" * 32, "default") == sensitive
+    assert json.loads(encode(normal))["v"] == 1  # readable by the release before
     assert "sensitive" not in json.loads(encode(normal))
     assert decode(encode(normal), "a" * 32, "default").sensitive is False
-    # A version 2 record (the release before) that says so is read as sensitive.
-    old = {**common, "v": 2, "sensitive": True}
-    assert decode(json.dumps(old), "ignored", "ignored") == sensitive
+    # A version 3 record (a later release's) that says so is read as sensitive.
+    assert SENSITIVE_MARK in encode(sensitive, version=3)
+    assert decode(encode(sensitive, version=3), "a" * 32, "default") == sensitive
 
 
 def test_enqueue__writes_the_flag_of_the_job_type() -> None:

@@ -89,18 +89,21 @@ def test_a_failed_run_is_an_error_span(
     assert [e.name for e in run.events] == ["exception"]
 
 
-def test_untraced_records_carry_no_trace_and_traced_ones_carry_the_context() -> None:
+def test_untraced_records_stay_version_1_and_traced_ones_carry_the_context() -> None:
+    """Both readable by the release before (message.WRITTEN_VERSION); version 3 read as well."""
     plain = Message("a", "j", "default", {}, 1, 10.0, 0.0)
-    assert json.loads(encode(plain))["v"] == 3
+    assert json.loads(encode(plain))["v"] == 1
     assert "trace" not in json.loads(encode(plain))
     assert decode(encode(plain), "a", "default") == plain
     carried = Message("a", "j", "default", {}, 1, 10.0, 0.0, trace={"traceparent": "00-ab-cd-01"})
+    assert json.loads(encode(carried))["v"] == 2
     assert json.loads(encode(carried))["trace"] == {"traceparent": "00-ab-cd-01"}
     assert decode(encode(carried), "a", "default") == carried
+    assert decode(encode(carried, version=3), "a", "default") == carried
     with pytest.raises(DecodeError, match="trace"):
         decode(encode(carried).replace('"00-ab-cd-01"', "5"), "a", "default")
     with pytest.raises(DecodeError, match="version 4"):
-        decode(encode(plain).replace('"v":3', '"v":4'), "a", "default")
+        decode(encode(plain).replace('"v":1', '"v":4'), "a", "default")
 
 
 def test_enable_without_opentelemetry_says_to_install_the_extra(

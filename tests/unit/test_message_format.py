@@ -1,5 +1,12 @@
-"""The encoded message (message.encode/decode, VERSION 3): it carries what the record's key
-cannot say, and every earlier version still decodes.
+"""The encoded message (message.encode/decode): what this release writes, a worker of the
+release before reads, and every version up to message.NEWEST_READ decodes.
+
+The rollout rule: a release writes only a version that the release before it reads, so that
+during a rolling deploy a task enqueued by new code runs on an old worker and the other way
+round. This release writes what the release before record version 3 wrote (version 1, or 2 for a
+message with a trace or the sensitive flag: message.WRITTEN_VERSION) and reads 1 to 3; a later
+release may write version 3 once every worker reads it. tests/unit/frozen_message_8f02718.py is
+that release's encode and decode, frozen.
 
 Version 3 leaves out the task id and the queue (the record key <ns>:{<q>}:t:<id> holds both:
 decode is given them) and options left at their default (idempotency_key None, no trace, not
@@ -9,71 +16,141 @@ retention) are always written, so the worker runs with what was enqueued.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
-from django_jobs.message import VERSION, DecodeError, Message, decode, encode
+from django_jobs.message import (
+    NEWEST_READ,
+    READS,
+    WRITTEN_VERSION,
+    DecodeError,
+    Message,
+    decode,
+    encode,
+)
+from tests.unit import frozen_message_8f02718 as before
 
 TASK = "c05246f716b34f7d875f4b9795c6fea2"
 PAYLOAD = {"data": "x" * 1024}
+OPTIONS = [
+    {},
+    {"idempotency_key": "greet:ada"},
+    {"trace": {"traceparent": "00-ab-cd-01"}},
+    {"sensitive": True},
+    {"idempotency_key": "k", "trace": {"traceparent": "00-ab-cd-01"}, "sensitive": True},
+]
 
 
 def plain(**options: Any) -> Message:
     return Message(TASK, "bench.Kilo", "default", PAYLOAD, 5, 300.0, 86400.0, **options)
 
 
-def test_encode__leaves_out_what_the_key_says_and_defaulted_options() -> None:
-    body = json.loads(encode(plain()))
+def job_of(raw: str) -> str:
+    """The job name as dequeue.lua's job_of and read_fields.lua find it: after the first
+    `,"job":"`, up to the next quote."""
+    at = raw.index(',"job":"') + len(',"job":"')
+    return raw[at : raw.index('"', at)]
+
+
+# -- what this release writes: the release before reads it --------------------------------
+
+
+def test_the_written_version_is_one_the_release_before_reads() -> None:
+    """The rollout rule. Moving WRITTEN_VERSION to 3 needs a release before it that reads 3:
+    freeze that release's decode in place of frozen_message_8f02718 then."""
+    assert WRITTEN_VERSION in before.READS
+    assert WRITTEN_VERSION in READS
+    assert max(READS) == NEWEST_READ
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_encode__writes_what_the_release_before_wrote(options: dict[str, Any]) -> None:
+    """Byte for byte: version 1, or 2 with a trace or the flag, with the id and the queue."""
+    assert encode(plain(**options)) == before.encode(before.Message(**vars_of(plain(**options))))
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_the_release_before_decodes_what_this_release_writes(options: dict[str, Any]) -> None:
+    message = plain(**options)
+
+    read = before.decode(encode(message))
+
+    assert vars_of(read) == vars_of(message)
+
+
+@pytest.mark.parametrize("options", OPTIONS)
+def test_decode__reads_what_this_release_writes(options: dict[str, Any]) -> None:
+    message = plain(**options)
+
+    assert decode(encode(message), TASK, "default") == message
+    # A version 1 or 2 message says its own id and queue.
+    assert decode(encode(message), "other", "low") == message
+
+
+def test_encode__the_job_name_is_the_first_job_key() -> None:
+    """dequeue.lua (job_of) and read_fields.lua find the job as the first `,"job":"`, in the
+    version written and in version 3 alike."""
+    written = encode(plain(idempotency_key="k"))
+    newest = encode(plain(idempotency_key="k"), version=3)
+
+    assert written.startswith(f'{{"v":1,"id":"{TASK}","job":"bench.Kilo",')
+    assert newest.startswith('{"v":3,"job":"bench.Kilo",')
+    assert job_of(written) == job_of(newest) == "bench.Kilo"
+
+
+def vars_of(message: Any) -> dict[str, Any]:
+    return {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+
+
+# -- version 3: read, and written by encode(version=3) -------------------------------------
+
+
+def test_encode__version_3_leaves_out_what_the_key_says_and_defaulted_options() -> None:
+    body = json.loads(encode(plain(), version=3))
 
     assert body == {
-        "v": VERSION,
+        "v": 3,
         "job": "bench.Kilo",
         "payload": PAYLOAD,
         "max_attempts": 5,
         "timeout": 300.0,
         "retention": 86400.0,
     }
-    assert VERSION == 3
 
 
-def test_encode__the_options_cost_at_most_90_bytes_over_the_payload() -> None:
-    """The message of a 1 KB payload was 1,206 bytes in version 1 (182 over its payload)."""
-    overhead = len(encode(plain()).encode()) - len(json.dumps(PAYLOAD, separators=(",", ":")))
+def test_encode__version_3_options_cost_at_most_90_bytes_over_the_payload() -> None:
+    """The message of a 1 KB payload is 1,206 bytes as written (171 over its payload), 1,125 in
+    version 3."""
+    payload = len(json.dumps(PAYLOAD, separators=(",", ":")))
+    overhead = len(encode(plain(), version=3).encode()) - payload
 
-    assert overhead <= 90, encode(plain()).replace("x" * 1024, "<data>")
-
-
-def test_encode__the_job_name_is_the_first_job_key_after_the_version() -> None:
-    """dequeue.lua (job_of) and read_fields.lua find the job as the first `,"job":"`."""
-    assert encode(plain(idempotency_key="k")).startswith('{"v":3,"job":"bench.Kilo",')
+    assert overhead <= 90, encode(plain(), version=3).replace("x" * 1024, "<data>")
+    assert len(encode(plain()).encode()) == 1206
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        {"idempotency_key": "greet:ada"},
-        {"trace": {"traceparent": "00-ab-cd-01"}},
-        {"sensitive": True},
-        {"idempotency_key": "k", "trace": {"traceparent": "00-ab-cd-01"}, "sensitive": True},
-    ],
-)
+@pytest.mark.parametrize("options", OPTIONS)
 def test_decode__a_version_3_message_takes_the_id_and_queue_of_its_key(
     options: dict[str, Any],
 ) -> None:
     message = plain(**options)
 
-    assert decode(encode(message), TASK, "default") == message
-    assert decode(encode(message), "other", "low") == Message(
+    assert decode(encode(message, version=3), TASK, "default") == message
+    assert decode(encode(message, version=3), "other", "low") == Message(
         "other", "bench.Kilo", "low", PAYLOAD, 5, 300.0, 86400.0, **options
     )
 
 
+def test_encode__refuses_a_version_it_cannot_write() -> None:
+    with pytest.raises(ValueError, match="writes record versions 2 and 3, not 4"):
+        encode(plain(), version=4)
+
+
 @pytest.mark.parametrize("version", [1, 2])
 def test_decode__an_earlier_version_keeps_its_own_id_and_queue(version: int) -> None:
-    """As releases before VERSION 3 wrote them (tests/fixtures/task_records_v1.json)."""
+    """As releases before version 3 wrote them (tests/fixtures/task_records_v1.json)."""
     body = {"v": version, "id": TASK, "job": "upgrades.Greet", "queue": "default",
             "payload": {"to": "ada@example.com"}, "max_attempts": 1, "timeout": 300.0,
             "retention": 86400.0, "idempotency_key": None}  # fmt: skip
@@ -94,4 +171,4 @@ def test_decode__an_earlier_version_without_its_id_is_refused() -> None:
 
 def test_decode__a_newer_version_says_to_run_one_release() -> None:
     with pytest.raises(DecodeError, match="has version 4; this worker reads 1 to 3: run the same"):
-        decode(encode(plain()).replace('"v":3', '"v":4'), TASK, "default")
+        decode(encode(plain(), version=3).replace('"v":3', '"v":4'), TASK, "default")
