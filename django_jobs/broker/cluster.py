@@ -165,17 +165,23 @@ class ClusterWire:
         *,
         own: bool,
         replayable: bool = True,
+        then: tuple[Any, ...] | None = None,
     ) -> list[Any]:
         """Send commands to their slots' nodes and read the replies: bytes, errors as values.
 
         A command whose first item is a ClusterNode goes to that node (CLIENT UNBLOCK, which
         has no key). A connection error is raised; see the module for what is sent again.
+        `then` (a WAIT: replicas.py) goes after the commands of every write to a node,
+        redirections' included; its replies follow the commands', one per command: that of
+        the write the command was answered in, on the same connection.
         """
-        replies: list[Any] = [None] * len(commands)
+        count = len(commands)
+        replies: list[Any] = [None] * count
         fixed = {i: c[0] for i, c in enumerate(commands) if isinstance(c[0], ClusterNode)}
         commands = [c[1:] if isinstance(c[0], ClusterNode) else c for c in commands]
+        after: list[Any] = [None] * count if then is not None else []
         asking: dict[int, ClusterNode] = {}  # ASK redirections, for the next write only
-        todo = list(range(len(commands)))
+        todo = list(range(count))
         deadline = time.monotonic() + self.timeout
         pause = PAUSE
         while True:
@@ -185,7 +191,19 @@ class ClusterWire:
                 if node is None:
                     node = self.node(command_slot(commands[index]))
                 batches.setdefault(node.name, (node, []))[1].append(index)
+            if then is not None:  # each write's own: an index past the commands', dropped after
+                for _, indexes in batches.values():
+                    indexes.append(len(commands))
+                    commands.append(then)
+                    replies.append(None)
             redo = self._exchange(batches, commands, set(asking), replies, own, replayable)
+            if then is not None:
+                for _, indexes in batches.values():
+                    *sent, last = indexes
+                    for index in set(sent).difference(redo):
+                        after[index] = replies[last]
+                redo = [index for index in redo if index < count]
+                del commands[count:], replies[count:]
             asking, todo, wait = {}, [], False
             for index in redo:
                 reply = replies[index]
@@ -198,12 +216,12 @@ class ClusterWire:
                     wait = True
                 todo.append(index)
             if not todo:
-                return replies
+                return replies + after
             if time.monotonic() + (pause if wait else 0.0) > deadline:
                 for index in todo:
                     if isinstance(replies[index], Unsent):
                         raise replies[index].error
-                return replies  # the redirections stay as error replies: the broker raises them
+                return replies + after  # the redirections stay as error replies: raised later
             if wait:
                 time.sleep(pause)
                 pause = min(MOST_PAUSE, pause * 2)

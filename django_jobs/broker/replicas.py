@@ -6,7 +6,8 @@ not sent yet. With REPLICA_ACKS = n the broker sends `WAIT n <timeout ms>` right
 enqueue's script calls, on the same connection and in the same round trip. WAIT answers once n
 replicas have every write this connection made (the scripts' included: they ran first), or when
 JOBS["REPLICA_ACKS_TIMEOUT"] has passed, with how many did; fewer than n is ReplicaAckTimeout.
-On a Redis Cluster each master the scripts go to gets a WAIT of its own (`_waits`).
+On a Redis Cluster every write of the call to a master carries a WAIT after its scripts, those
+a redirection sends on included (`ClusterWire.round_trip`'s `then`).
 
 Only enqueues wait (`RedisBroker.enqueue`: a single task, enqueue_many's batches, the outbox's
 sends and the on-commit batches, flow events; a flow's start record goes before its first event
@@ -19,10 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from redis.cluster import ClusterNode
 from redis.exceptions import NoScriptError, ResponseError
 
-from django_jobs.broker.cluster import command_slot
 from django_jobs.broker.connection import ScriptCalls, refused
 from django_jobs.exceptions import ReplicaAckTimeout
 
@@ -32,25 +31,14 @@ def wait_command(acks: int, timeout: float) -> tuple[str, int, int]:
     return ("WAIT", acks, max(1, round(timeout * 1000)))
 
 
-def _waits(broker: ScriptCalls, commands: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The WAIT to send after `commands`: one on a single server; on a Cluster one to each node
-    that `commands` go to, by the slot map as it is (see cluster.ClusterWire.round_trip)."""
-    settings = broker.settings
-    wait = wait_command(settings.replica_acks, settings.replica_acks_timeout)
+def _send(
+    broker: ScriptCalls, commands: Sequence[tuple[Any, ...]], wait: tuple[Any, ...]
+) -> list[Any]:
+    """commands, then WAIT, in one round trip: their replies, then the WAIT's (one on a single
+    server; on a Cluster one per command, of the write it was answered in)."""
     if broker.wire is None:
-        return [wait]
-    nodes: dict[str, ClusterNode] = {}
-    for command in commands:
-        node = broker.wire.node(command_slot(command))
-        nodes.setdefault(node.name, node)
-    return [(node, *wait) for node in nodes.values()]
-
-
-def _targets(broker: ScriptCalls, commands: Sequence[tuple[Any, ...]]) -> list[str]:
-    """The node each command goes to by the slot map as it is (none on a single server)."""
-    if broker.wire is None:
-        return []
-    return [str(broker.wire.node(command_slot(command)).name) for command in commands]
+        return broker._round_trip([*commands, wait], own=False)
+    return broker.wire.round_trip(commands, own=False, then=wait)
 
 
 def replicated(
@@ -62,33 +50,34 @@ def replicated(
     script did not run (its reply is an error), nothing is waited for: the caller reports the
     refusal. Raises ReplicaAckTimeout when fewer replicas than JOBS["REPLICA_ACKS"] confirmed.
 
-    On a Cluster a WAIT goes to each node the scripts go to, after them on the same connection.
-    A script that a MOVED sent on to another node ran after that node's WAIT, if any: the map
-    has changed for that script then (even when the nodes written to stay the same), and it is
-    all sent again once (an enqueue runs twice safely). An ASK (a slot being moved) does not
-    land an enqueue on the importing node: it answers TRYAGAIN to a script naming a key it
-    does not hold (the new task's record) until the move ends, and then the source's MOVED is
-    that case (tests/cluster_leg/test_cluster_replica_acks.py).
+    On a Cluster each write to a node ends with a WAIT, on the same connection: a script that
+    a MOVED or an ASK sends on to another node has that node's WAIT after it, in the write that
+    runs it. (An ASK never lands an enqueue: the importing node answers TRYAGAIN to a script
+    naming a key it does not hold, the new task's record, until the move ends and the source
+    answers MOVED: tests/cluster_leg/test_cluster_replica_acks.py.) Sending a script again
+    after the write that ran it would not do: its replay writes nothing, and the WAIT of
+    another pooled connection covers nothing of it.
     """
     settings = broker.settings
+    wait = wait_command(settings.replica_acks, settings.replica_acks_timeout)
     commands: list[tuple[Any, ...]] = [
         ("EVALSHA", broker.scripts[name].sha, len(keys), *keys, *args) for name, keys, args in calls
     ]
+    replies: list[Any] = [None] * len(commands)
+    acked: list[Any] = []
+    todo = list(range(len(commands)))
     for attempt in (1, 2, 3):
-        waits = _waits(broker, commands)
-        targets = _targets(broker, commands)
-        replies = broker._round_trip([*commands, *waits], own=False)
-        acked = replies[len(commands) :]
-        del replies[len(commands) :]
-        forgotten = {calls[i][0] for i, r in enumerate(replies) if isinstance(r, NoScriptError)}
-        if forgotten and attempt < 3:
-            # Redis forgot scripts (a restart, SCRIPT FLUSH): load them and send it all again,
-            # so that WAIT still follows every write on its connection.
-            for name in forgotten:
-                broker.client.script_load(broker.scripts[name].script)
-            continue
-        if targets == _targets(broker, commands) or attempt == 3:
+        got = _send(broker, [commands[i] for i in todo], wait)
+        acked += got[len(todo) :]
+        for index, reply in zip(todo, got, strict=False):
+            replies[index] = reply
+        todo = [i for i in todo if isinstance(replies[i], NoScriptError)]
+        if not todo or attempt == 3:
             break
+        # Redis forgot scripts (a restart, SCRIPT FLUSH; a Cluster node not sent them yet):
+        # load them and send those calls again, a WAIT after them as after the others.
+        for name in {calls[i][0] for i in todo}:
+            broker.client.script_load(broker.scripts[name].script)
     failed = [reply for reply in replies if isinstance(reply, ResponseError)]
     if failed:
         if not errors:
