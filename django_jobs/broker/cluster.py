@@ -216,12 +216,13 @@ class ClusterWire:
                     wait = True
                 todo.append(index)
             if not todo:
-                return replies + after
+                return replies if then is None else replies + after
             if time.monotonic() + (pause if wait else 0.0) > deadline:
                 for index in todo:
                     if isinstance(replies[index], Unsent):
                         raise replies[index].error
-                return replies + after  # the redirections stay as error replies: raised later
+                # the redirections stay as error replies: the broker raises them
+                return replies if then is None else replies + after
             if wait:
                 time.sleep(pause)
                 pause = min(MOST_PAUSE, pause * 2)
