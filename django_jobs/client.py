@@ -72,7 +72,7 @@ class RedisBackend:
         broker = self.broker
         if broker is None or broker.settings is not get_settings():
             broker = self.broker = get_broker()
-        if len(submissions) <= BATCH_SIZE:  # one round trip: every single enqueue
+        if 0 < len(submissions) <= BATCH_SIZE:  # one round trip: every single enqueue
             return broker.enqueue([_request(broker, s) for s in submissions])
         accepted: list[Accepted] = []
         for start in range(0, len(submissions), BATCH_SIZE):
@@ -226,24 +226,29 @@ def resolve(job: type[Job[Any]], options: Options, settings: JobsSettings) -> Re
     """
     if options is not NO_OPTIONS:
         return _resolve(job, options, settings)
-    # default_queue() is called each time: a hook may read anything (EMAIL_QUEUE does).
-    key = (job, job.default_queue(), job.max_attempts, job.timeout, job.retention,
-           job.idempotency_window)  # fmt: skip
+    # default_queue() is called once each time (a hook may read anything: EMAIL_QUEUE does),
+    # and its answer is the one used. Types are in the key: 3.0 is == 3, but not a whole number.
+    queue = job.default_queue()
+    values = (job.max_attempts, job.timeout, job.retention, job.idempotency_window)
+    key = (job, queue, *values, *map(type, values))
     try:
         cached = _defaults.get(key)
     except TypeError:  # an unhashable class attribute: resolve refuses it
-        return _resolve(job, options, settings)
+        return _resolve(job, options, settings, queue)
     if cached is not None and cached[0] is settings:
         return cached[1]
-    resolved = _resolve(job, options, settings)
+    resolved = _resolve(job, options, settings, queue)
     if len(_defaults) >= MOST_DEFAULTS:
         _defaults.clear()
     _defaults[key] = (settings, resolved)
     return resolved
 
 
-def _resolve(job: type[Job[Any]], options: Options, settings: JobsSettings) -> Resolved:
-    queue = options.queue or job.default_queue()
+def _resolve(
+    job: type[Job[Any]], options: Options, settings: JobsSettings, default: str | None = None
+) -> Resolved:
+    """resolve's work; `default` is the job's default_queue() when the caller asked it."""
+    queue = options.queue or default or job.default_queue()
     if queue not in settings.queues and queue not in settings.flow_queues:
         raise UnknownQueue(queue, settings.queues)
     if options.delay is not None and options.eta is not None:

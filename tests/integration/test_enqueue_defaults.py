@@ -7,9 +7,10 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
+from django.db import transaction
 
 from django_jobs import Job, UnknownQueue
 from django_jobs.client import NO_OPTIONS, Options, resolve
@@ -112,6 +113,49 @@ def test_enqueue__a_default_queue_hook_is_asked_at_every_enqueue(
     for _ in range(2):  # refused each time: an error is never kept
         with pytest.raises(UnknownQueue):
             Hooked.enqueue(Number(3))
+
+
+class RoundRobin(Job[Number]):
+    """A hook that answers differently at each call, as a spreading hook may."""
+
+    name = "tests.defaults.RoundRobin"
+    answers: ClassVar[list[str]] = []
+
+    @classmethod
+    def default_queue(cls) -> str:
+        queue = ("default", "critical")[len(cls.answers) % 2]
+        cls.answers.append(queue)
+        return queue
+
+    def run(self, payload: Number) -> None:
+        pass
+
+
+def test_enqueue__each_task_goes_where_its_hook_answered(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(RoundRobin, "answers", [])
+    queues = [RoundRobin.enqueue(Number(n)).queue for n in range(6)]
+    # Asked once per enqueue, and each task is on the queue that one answer named
+    assert RoundRobin.answers == queues == ["default", "critical"] * 3
+
+
+def test_enqueue__a_class_default_changed_to_another_type_is_checked_again(
+    redis_ns: RedisNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Plain, "max_attempts", 3)
+    Plain.enqueue(Number(1))
+    monkeypatch.setattr(Plain, "max_attempts", 3.0)  # equal to 3, not a whole number
+    with pytest.raises(ValueError, match="whole number"):
+        Plain.enqueue(Number(2))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_many__of_nothing_is_nothing_also_at_a_commit(redis_ns: RedisNamespace) -> None:
+    assert Plain.enqueue_many([]) == []
+    with transaction.atomic():
+        assert Plain.enqueue_many([], on_commit=True) == []
+    assert redis_ns.client.keys(f"{redis_ns.namespace}:*") == []
 
 
 def test_enqueue__an_unhashable_class_default_is_refused_as_before(
