@@ -8,7 +8,8 @@ registers them and adds the checks that need the job registry or a database.
 | django_jobs.E001    | JOBS is not a dict                                             |
 | django_jobs.E002    | JOBS has a key django-jobs does not know (a typo?), or one whose |
 |                     | feature is not built yet (NOT_BUILT in conf/defaults.py)       |
-| django_jobs.E003    | REDIS_URL is not a redis://, rediss:// or unix:// URL          |
+| django_jobs.E003    | REDIS_URL is not a redis(s)://, unix://, redis(s)+sentinel:// or |
+|                     | redis(s)+cluster:// URL, or has a bad TLS query option         |
 | django_jobs.E004    | NAMESPACE is empty or holds characters that break key names    |
 | django_jobs.E005    | QUEUES is empty, not a list (or mapping) of names, or repeats one |
 | django_jobs.E006    | a duration is not a positive number of seconds or timedelta    |
