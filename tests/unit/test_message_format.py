@@ -17,11 +17,14 @@ retention) are always written, so the worker runs with what was enqueued.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from typing import Any
 
 import pytest
 
+from django_jobs import message as message_module
+from django_jobs.exceptions import InvalidPayload
 from django_jobs.message import (
     NEWEST_READ,
     READS,
@@ -30,6 +33,7 @@ from django_jobs.message import (
     Message,
     decode,
     encode,
+    payload_to_json,
 )
 from tests.unit import frozen_message_8f02718 as before
 
@@ -172,3 +176,97 @@ def test_decode__an_earlier_version_without_its_id_is_refused() -> None:
 def test_decode__a_newer_version_says_to_run_one_release() -> None:
     with pytest.raises(DecodeError, match="has version 4; this worker reads 1 to 3: run the same"):
         decode(encode(plain(), version=3).replace('"v":3', '"v":4'), TASK, "default")
+
+
+# -- the payload's check and the encoder: the bytes of json's own --------------------------
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+@dataclasses.dataclass
+class Fields:
+    a: Any
+    b: Any = None
+
+
+def cycle() -> list[Any]:
+    looped: list[Any] = []
+    looped.append(looped)
+    return looped
+
+
+PAYLOADS = [
+    {"s": 'é ü \u2028 \x00 "q" \\ \ud800', "n": 2**63, "f": -0.0, "big": 1e308},
+    {"nested": {"k": [1, 2.5, None, True, {"d": "x"}]}, "inf": float("inf"), "e": []},
+    {"k": Level.LOW, "t": (1, 2), "int_keys": {1: "x", 2.5: "y", None: "z"}},
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+@pytest.mark.parametrize("options", OPTIONS)
+def test_encode__the_bytes_of_the_release_before(
+    payload: dict[str, Any], options: dict[str, Any]
+) -> None:
+    """The encoder built once writes what json.JSONEncoder.encode wrote, to the byte."""
+    message = Message(TASK, "j", "default", payload, 1, 1.0, 0.0, **options)
+
+    assert encode(message) == before.encode(before.Message(**vars_of(message)))
+    assert encode(message, version=3) == json.dumps(
+        json.loads(encode(message, version=3)), separators=(",", ":"), ensure_ascii=False
+    )
+
+
+def test_encode__without_the_c_encoder_writes_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = [encode(Message(TASK, "j", "q", payload, 1, 1.0, 0.0)) for payload in PAYLOADS]
+    monkeypatch.setattr(message_module, "_C_ENCODE", None)
+
+    assert [encode(Message(TASK, "j", "q", payload, 1, 1.0, 0.0)) for payload in PAYLOADS] == fast
+
+
+def test_encode__a_cycle_raises_json_s_own_error() -> None:
+    with pytest.raises(ValueError, match="Circular reference detected"):
+        encode(Message(TASK, "j", "q", {"a": cycle()}, 1, 1.0, 0.0))
+
+
+@pytest.mark.parametrize(
+    "value", ["é\ud800", 0, -(2**63) + 1, 2**63 - 1, True, None, 1.5, -0.0, 1e308]
+)
+def test_payload_to_json__takes_a_plain_field_without_a_round_trip(
+    monkeypatch: pytest.MonkeyPatch, value: Any
+) -> None:
+    """A str, bool, None, int within 2**63 or finite float always comes back as it was."""
+
+    def no_round_trip(obj: Any) -> str:
+        raise AssertionError(f"round trip of {obj!r}")
+
+    monkeypatch.setattr(message_module, "_dumps", no_round_trip)
+
+    assert payload_to_json(Fields(value, "x"), Fields) == {"a": value, "b": "x"}
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [(float("inf"), float("inf")), (Level.LOW, Level.LOW), ([1, "x"], [1, "x"]), (2**64, 2**64)],
+    ids=["inf", "int_enum", "list", "int_past_2_63"],
+)
+def test_payload_to_json__takes_what_survives_a_round_trip(value: Any, kept: Any) -> None:
+    assert payload_to_json(Fields("plain", value), Fields) == {"a": "plain", "b": kept}
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (float("nan"), r"Fields\.b does not survive a JSON round trip \(nan comes back as nan\)"),
+        ((1, 2), r"Fields\.b does not survive a JSON round trip \(\(1, 2\) comes back as \[1, 2\]"),
+        ({1: "x"}, r"Fields\.b does not survive"),
+        (10**5000, r"Fields\.b holds a int, which JSON cannot encode \(Exceeds the limit"),
+        (cycle(), r"Fields\.b holds a list, which JSON cannot encode \(Circular reference"),
+        (b"x", r"Fields\.b holds a bytes, which JSON cannot encode"),
+    ],
+    ids=["nan", "tuple", "int_key", "int_of_5001_digits", "cycle", "bytes"],
+)
+def test_payload_to_json__refuses_what_does_not_survive(value: Any, error: str) -> None:
+    with pytest.raises(InvalidPayload, match=error):
+        payload_to_json(Fields("plain", value), Fields)
