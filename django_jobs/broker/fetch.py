@@ -67,7 +67,8 @@ logger = logging.getLogger("django_jobs.broker")
 BROKEN_PAUSE = 5.0
 
 Call = tuple[str, list[str], list[Any]]
-#: What `EXISTS paused pending pending` answers for a queue with a task ready (see _checks).
+#: What `EXISTS paused pending pending` answers for a queue with a task ready (see
+#: RedisBroker._checks, in redis.py).
 READY = 2
 
 
@@ -288,9 +289,13 @@ class FetchCalls(ScriptCalls):
         return self._deliveries([queue], reply) if isinstance(reply, list) else []
 
     def _broken_now(self, queues: Sequence[str]) -> set[int]:
-        """The queues (by index) left out of the ready checks for now (see BROKEN_PAUSE)."""
+        """The queues (by index) left out of the ready checks for now (see BROKEN_PAUSE). Those
+        whose pause has passed are forgotten: a healed queue's fetch then costs nothing here."""
         now = time.monotonic()
-        return {i for i, q in enumerate(queues) if self._broken_until.get(q, 0.0) > now}
+        for queue, until in list(self._broken_until.items()):
+            if until <= now:
+                del self._broken_until[queue]
+        return {i for i, q in enumerate(queues) if q in self._broken_until}
 
     def _warn_broken(self, entries: Sequence[bytes]) -> None:
         """Log once per key what dequeue found of another type (see dequeue.lua)."""

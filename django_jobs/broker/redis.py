@@ -3,8 +3,8 @@
 Here, with the wire (connection.py), the code one task runs through (docs/concepts.rst,
 `task-path`): its enqueue, the outcomes a worker child writes with its next fetch, that fetch's
 first round trip (of one queue or several) and the idle wait. The rest is in the mixins below:
-off that path, its code runs only when a fetch moves between queues or fails (fetch.py), for
-other calls, or on the rare path."""
+off that path, its code runs only when a fetch of several queues goes on past its first round
+trip, fails or met a key of another type (fetch.py), for other calls, or on the rare path."""
 
 from __future__ import annotations
 
@@ -148,12 +148,13 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         lead: Sequence[tuple[Any, ...]] = (),
         first: int | None = None,
     ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        """Run `lead` commands and `before` script calls, then fetch up to count tasks (of one
-        queue here, the hot path; of several in strict priority: fetch.py). Returns the replies
-        of `lead` then `before` (errors as values), the tasks fetched, and the error of a
-        dequeue refused (then no task: any taken are handed back). What fetches whose reply was
-        lost took is given back first, in a round trip of its own (receipts.py: an idle wait's
-        BLPOP comes after it, and the give-back's wake-up tokens end it)."""
+        """Run `lead` commands and `before` script calls, then fetch up to count tasks: of one
+        queue, or of several in strict priority (`_fetch_several`'s first round trip, then
+        fetch.py's rounds if it does not settle there). Returns the replies of `lead` then
+        `before` (errors as values), the tasks fetched, and the error of a dequeue refused (then
+        no task: any taken are handed back). What fetches whose reply was lost took is given
+        back first, in a round trip of its own (receipts.py: an idle wait's BLPOP comes after
+        it, and the give-back's wake-up tokens end it)."""
         if self._unsure and self._receipt_pid == os.getpid():
             self._give_back(own=own)  # raises as the fetch would, the receipts kept
         self._issued = []
@@ -216,11 +217,10 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         checks: Sequence[tuple[Any, ...]],
     ) -> tuple[list[Any], Any, list[Any]]:
         """The first round trip of a fetch: `lead` commands, `before` script calls, `checks`
-        (fetch.py), then the dequeue of up to count tasks of queue, in one ack_dequeue call
-        with the ack of the task before when it is the last of `before` and of queue.
-
-        Returns the replies of lead and before (errors as values), the dequeue's (an error if
-        it was refused; None if the ack was: nothing was fetched), and the checks'."""
+        (`_checks`), then the dequeue of up to count tasks of queue: one ack_dequeue call with
+        the ack last in `before` if it is of queue (another queue's is a call of its own: another
+        slot). Returns the replies of lead and before (errors as values), the dequeue's (an
+        error if refused; None if the ack was: nothing fetched), and the checks'."""
         keys, args = self._dequeue_call([queue], count)
         commands = list(lead)
         names: list[str | None] = [None] * len(lead)
@@ -327,17 +327,15 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
     def settle(
         self, verdicts: Sequence[Verdict], queues: Sequence[str], count: int
     ) -> tuple[list[bool], list[Delivery]]:
-        """Write finished runs' outcomes and fetch up to count new tasks, in one round trip.
-
-        Returns whether each verdict was written (False: stale, the task is no longer this
-        run's) and the tasks fetched. This is the worker child's hot path: it runs on a
-        connection of its own (see `_own_connection`), so only one thread may call it.
-        """
+        """Write finished runs' outcomes and fetch up to count new tasks, in one round trip:
+        whether each verdict was written (False: stale, the task is no longer this run's) and
+        the tasks fetched. The worker child's hot path: it runs on a connection of its own
+        (see `_own_connection`), so only one thread may call it."""
         calls = [self._verdict_call(verdict) for verdict in verdicts]
         with self.unavailable():
             deliveries: list[Delivery] = []
             failed = None
-            if count:  # the fetch (fetch.py), with the outcomes in its first round trip
+            if count:  # the fetch (`fetch`), with the outcomes in its first round trip
                 replies, deliveries, failed = self.fetch(queues, count, own=True, before=calls)
             else:
                 replies = self._pipeline(calls, own=True, errors=True)
@@ -380,8 +378,7 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         Redis runs a client's pipelined commands in order, so the fetch runs the moment the
         BLPOP returns. Like `settle`, it runs on this process's own connection; a signal handler
         may cut the block short with `interrupt_wait`. On a Cluster, one BLPOP per queue (each
-        wake key on its own slot): cluster_wait.py.
-        """
+        wake key on its own slot): cluster_wait.py."""
         if self.wire is not None:
             return self.cluster_wait(queues, timeout)
         wait = ("BLPOP", *(self.keys(queue).wake for queue in queues), timeout)

@@ -1,7 +1,9 @@
 """The calls of the worker's background loops (the supervisor's side, never a child's task):
 forward due tasks, recover expired leases, the janitor, and the worker registry (beat,
-unregister), and the heartbeat's lease extension. RedisBroker (redis.py) is built on them; the
-lease renewal itself is cancel.py's."""
+unregister). RedisBroker (redis.py) is built on them. The heartbeat renews leases with
+`renew_leases` (cancel.py's, worker/heartbeat.py); `extend_leases` here is the older form of it
+that answers only the runs lost, kept for the Broker protocol (protocol.py): nothing in
+django_jobs calls it, only tests."""
 
 from __future__ import annotations
 
