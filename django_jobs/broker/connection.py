@@ -5,10 +5,10 @@ knows the connection.
 - `connect` makes the client, with the timeouts and the one retry every broker call has.
 - `ScriptCalls` runs the broker's scripts by SHA in one round trip, on a connection of the
   worker child's own for its hot path (`settle`, `wait_and_fetch`), which a signal handler can
-  unblock (`interrupt_wait`); it also holds the keys of each queue.
-- `redact` is the one way a Redis URL reaches text (the banner, logs, error messages, the
-  admin's and the API's 503 pages). It lives in django_jobs.conf.redact, below the settings'
-  check E003 that uses it too, and is imported here for the rest.
+  unblock (`interrupt_wait`), on a spare one for other calls that may run twice (an enqueue's:
+  `_spare`); it also holds the keys of each queue.
+- `redact` (django_jobs.conf.redact, below the settings' check E003 that uses it too) is the one
+  way a Redis URL reaches text: the banner, logs, error messages, the admin's and API's 503s.
 - `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable` (no
   answer) or `BrokerRefused` (Redis answered with an error: out of memory, a key of the wrong
   type in our namespace, ACL, a read-only replica), in the words of errors.py: a worker backs
@@ -60,9 +60,8 @@ class unavailable:  # lower case: used as the function it was, `with unavailable
     """Turn redis-py errors into BrokerUnavailable (no answer; on a Redis Cluster also a slot on
     the move or a failover under way) or BrokerRefused (an error reply, named by errors.py).
 
-    writes: whether the call may change something, so that a read's message does not say the
-    operation may still have been applied. A class rather than a generator: every broker call
-    enters one, the worker's hot path once per task.
+    writes: whether the call may change something (a read's message does not say the operation
+    may still have been applied). A class, not a generator: the hot path enters one per task.
     """
 
     __slots__ = ("outcome", "url", "writes")
@@ -96,12 +95,11 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     """Return a client for url whose calls give up after about `timeout` seconds in all.
 
     One retry, because a timed-out command may or may not have run and every script but a
-    dequeue is safe to run twice (the broker never sends a dequeue through this retry: see
-    `ScriptCalls._round_trip`). `blocking` is the longest BLPOP the client will issue, added to
-    its read timeout.
-    A URL that does not parse is an ImproperlyConfigured naming it redacted (redis-py's own
-    error would show the password). A `redis+sentinel://` URL gives a client of the primary
-    the sentinels name (`topology.sentinel_client`), a `redis+cluster://` URL a RedisCluster
+    dequeue is safe to run twice (never sent through it: `ScriptCalls._round_trip`). `blocking`
+    is the longest BLPOP the client will issue, added to its read timeout. A URL that does not
+    parse is an ImproperlyConfigured naming it redacted (redis-py's would show the password).
+    A `redis+sentinel://` URL gives a client of the primary the sentinels name
+    (`topology.sentinel_client`), a `redis+cluster://` URL a RedisCluster
     (`cluster.cluster_client`; BrokerUnavailable when no node answers), with the same options.
     """
     scheme = url.partition("://")[0]
@@ -123,7 +121,7 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
         "decode_responses": True,
         # No health checks: a new connection's first one pings with retries of its own, which
         # doubled the time a call took to give up on a frozen Redis. A connection the server
-        # closed is caught by the pool before use; one that went silent, by the timeout.
+        # closed is reopened and its call sent again (_round_trip); one gone silent times out.
         "health_check_interval": 0,
     }
     if sentinel is not None:
@@ -171,6 +169,8 @@ class ScriptCalls:
         #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
         self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
         self._own_id: int | None = None  # its CLIENT ID
+        #: The spare connections of replayable calls, with the pid they belong to (`_spare`).
+        self._spares: tuple[int, list[Any]] = (os.getpid(), [])
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of one queue."""
@@ -211,25 +211,32 @@ class ScriptCalls:
     ) -> Any:
         """Run a script and return its reply as bytes, whatever the stored bytes are
         (`writes=False` for a read-only script: see `unavailable`)."""
-        script = self.scripts[name]
-        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
         with self.unavailable(writes=writes, outcome=outcome):
             if name in NOT_REPLAYABLE or self.wire is not None:
-                # Our own round trip, which never sends a dequeue twice (redis-py's retry
-                # would), and on a Cluster follows its redirections (see cluster.py).
-                replayable = name not in NOT_REPLAYABLE
-                (reply,) = self._round_trip([command], own=False, replayable=replayable)
-                if isinstance(reply, NoScriptError):
-                    self.client.script_load(script.script)
-                    (reply,) = self._round_trip([command], own=False, replayable=replayable)
-                if isinstance(reply, Exception):
-                    raise reply
-                return reply
+                return self._call(name, keys, args, replayable=name not in NOT_REPLAYABLE)
+            script = self.scripts[name]
+            command = ("EVALSHA", script.sha, len(keys), *keys, *args)
             try:
                 return self.client.execute_command(*command, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
             except NoScriptError:
                 self.client.script_load(script.script)
                 return self.client.execute_command(*command, **{NEVER_DECODE: True})  # type: ignore[no-untyped-call]
+
+    def _call(
+        self, name: str, keys: Sequence[str], args: Sequence[Any], *, replayable: bool = True
+    ) -> Any:
+        """One script call in a round trip of its own (ours: redis-py's retry would send a
+        dequeue twice; on a Cluster the wire's, which follows redirections): its reply as
+        bytes, its error raised; a script Redis forgot is loaded and the call sent again."""
+        script = self.scripts[name]
+        command = ("EVALSHA", script.sha, len(keys), *keys, *args)
+        (reply,) = self._round_trip([command], own=False, replayable=replayable)
+        if isinstance(reply, NoScriptError):
+            self.client.script_load(script.script)
+            (reply,) = self._round_trip([command], own=False, replayable=replayable)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
     def _pipeline(
         self,
@@ -239,10 +246,8 @@ class ScriptCalls:
         errors: bool = False,
     ) -> list[Any]:
         """Run script calls in one round trip, replies as bytes; reload forgotten scripts.
-
-        own: on the connection `settle` owns rather than one from the pool. errors: return
-        error replies (ResponseError) in their place rather than raise the first.
-        """
+        own: on the connection `settle` owns (see `_round_trip`). errors: return error replies
+        (ResponseError) in their place rather than raise the first."""
         commands = []
         replayable = True
         for name, keys, args in calls:  # one loop, no generator: the hot path runs this
@@ -287,55 +292,73 @@ class ScriptCalls:
     ) -> list[Any]:
         """Send commands in one write and read their replies: bytes, errors as values.
 
-        What a redis-py pipeline does, without its per-call bookkeeping (the worker's hot path
-        runs this once per task). A connection that fails before the commands are sent (a
-        restart, an idle timeout) is retried once on a fresh one. One that fails after is
-        retried only when the commands are `replayable`: they may or may not have run, and
-        every script but a dequeue is safe to run twice. A timeout is not retried: it has spent
-        half the caller's time budget (see `connect`), and opening a new connection to a server
-        that does not answer would spend more than the rest.
+        A redis-py pipeline without its per-call bookkeeping, on the connection `settle` owns
+        (`own`), on a spare one for other calls that may run twice (`_spare`), else on one of
+        the pool's. A connection that fails (a restart, an idle timeout) is reopened and the
+        commands sent again, once, if they were not sent yet or are `replayable` (every script
+        but a dequeue is safe to run twice). A timeout is not retried: it has spent half the
+        caller's budget (see `connect`), and a new connection to a server that does not answer
+        would spend more than the rest.
         """
         if self.wire is not None:
             return self.wire.round_trip(commands, own=own, replayable=replayable)
-        pool = self.client.connection_pool
-        for attempt in (1, 2):
-            conn: Any = self._own_connection() if own else pool.get_connection()
-            sent = False
-            try:
-                # hiredis packs as redis-py would with hiredis, minus its per-argument checks.
-                packed = b"".join([pack_command(command) for command in commands])
-                conn.send_packed_command([packed], check_health=False)
-                sent = True
-                replies: list[Any] = []
-                for _ in commands:
-                    try:
-                        replies.append(conn.read_response(disable_decoding=True))
-                    except ResponseError as exc:
-                        replies.append(exc)
-                return replies
-            except redis.ConnectionError:
-                self._drop(conn, own)
-                if attempt == 2 or (sent and not replayable):
+        spares = None
+        if own:
+            conn: Any = self._own_connection()
+        elif replayable:
+            spares, conn = self._spare()
+        else:
+            conn = self.client.connection_pool.get_connection()
+        try:
+            for attempt in (1, 2):
+                sent = False
+                try:
+                    # hiredis packs as redis-py would with hiredis, minus its per-argument checks.
+                    packed = b"".join([pack_command(command) for command in commands])
+                    conn.send_packed_command([packed], check_health=False)
+                    sent = True
+                    replies: list[Any] = []
+                    for _ in commands:
+                        try:
+                            replies.append(conn.read_response(disable_decoding=True))
+                        except ResponseError as exc:
+                            replies.append(exc)
+                    return replies
+                except redis.ConnectionError:
+                    self._drop(conn, own)  # it reconnects on its next send
+                    if attempt == 2 or (sent and not replayable):
+                        raise
+                except BaseException:
+                    # A timeout, or anything raised between two reads (a JobTimeout from
+                    # SIGALRM, a KeyboardInterrupt): replies may be left unread, so the
+                    # connection must never be used again as it is.
+                    self._drop(conn, own)
                     raise
-            except BaseException:
-                # A timeout, or anything raised between two reads (a JobTimeout from SIGALRM,
-                # a KeyboardInterrupt): replies may be left unread, so the connection must
-                # never be used again as it is.
-                self._drop(conn, own)
-                raise
-            finally:
-                if not own:
-                    pool.release(conn)
-        raise AssertionError("unreachable")
+            raise AssertionError("unreachable")
+        finally:
+            if spares is not None:
+                spares.append(conn)
+            elif not own:
+                self.client.connection_pool.release(conn)
+
+    def _spare(self) -> tuple[list[Any], Any]:
+        """A connection outside the pool for one replayable call, and the list to give it back
+        to (the pool's lock, counters and poll cost an enqueue more than its other Python work).
+        One caller holds it at a time (list.pop and append are atomic: threads, greenlets): as
+        many as calls at once, as in a pool. A forked child opens its own, never its parent's."""
+        pid, spares = self._spares
+        if pid != os.getpid():
+            spares = []
+            self._spares = (os.getpid(), spares)
+        try:
+            return spares, spares.pop()
+        except IndexError:
+            return spares, self.client.connection_pool.make_connection()
 
     def _own_connection(self) -> Any:
         """A connection of this process's own, outside the pool, for `settle` and
-        `wait_and_fetch` (a worker child's one thread).
-
-        Taking a connection from the pool and giving it back costs more than the rest of a
-        round trip's Python work. A forked child opens its own: a socket is never shared across
-        a fork.
-        """
+        `wait_and_fetch` (a worker child's one thread; the pool costs as for `_spare`), and for
+        `interrupt_wait` to unblock. A forked child opens its own."""
         pid = os.getpid()
         if self._own is None or self._own[0] != pid:
             conn: Any = self.client.connection_pool.make_connection()
@@ -359,12 +382,9 @@ class ScriptCalls:
         conn.disconnect()
 
     def interrupt_wait(self) -> None:
-        """Make a `wait_and_fetch` blocked in this process return now (safe in a signal handler).
-
-        It unblocks our own connection from a connection of its own: the handler may have
-        interrupted this thread inside the pool, holding its lock. If Redis does not answer,
-        the wait ends by itself within its timeout.
-        """
+        """Make a `wait_and_fetch` blocked in this process return now (safe in a signal handler),
+        from a connection of its own (the handler may have interrupted this thread inside the
+        pool, holding its lock). If Redis does not answer, the wait ends within its timeout."""
         if self._own is None or self._own[0] != os.getpid() or self._own_id is None:
             return
         pool = self.client.connection_pool

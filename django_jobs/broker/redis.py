@@ -73,15 +73,19 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
     def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
         """Enqueue tasks in one round trip; replaying the same requests changes nothing.
 
-        A batch of one queue with no idempotency keys and one due time (enqueue_many) is one
-        script call; anything else is one script call per task, pipelined (a single task: one
-        call). A task whose idempotency key is in another queue's slot (its job type's home
-        queue) is handed off: three round trips for the batch (broker/handoff.py, whose code runs
-        only then, or for a duplicate key).
-        """
+        A single task is one script call (with no idempotency key, straight to it: the common
+        enqueue), and so is a batch of one queue with no idempotency keys and one due time
+        (enqueue_many); anything else is one script call per task, pipelined. A task whose
+        idempotency key is in another queue's slot (its job type's home queue) is handed off:
+        three round trips for the batch (broker/handoff.py, whose code runs only then, or for a
+        duplicate key)."""
         if self.shards.names:  # a sharded queue's tasks to its shards (broker/shards.py)
             requests = self.shards.route(requests)
         first = requests[0]
+        if len(requests) == 1 and first.idempotency_key is None and not self.settings.replica_acks:
+            keys, args = self._enqueue_call(first)  # the plain enqueue: straight to its call
+            with self.unavailable(outcome=NOTHING_ENQUEUED):
+                return [Accepted(state=self._call("enqueue", keys, args)[1].decode())]
         if len(requests) > 1 and all(
             (r.queue, r.delay, r.eta, r.idempotency_key)
             == (first.queue, first.delay, first.eta, None)
@@ -92,11 +96,11 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
             argv: list[Any] = [repr(first.delay), "" if first.eta is None else repr(first.eta)]
             for request in requests:
                 argv += [request.id, request.encoded]
-            if not self.settings.replica_acks:
-                state, _written = self._run("enqueue_many", keys, argv, NOTHING_ENQUEUED)
-                return [Accepted(state=state)] * len(requests)
             with self.unavailable(outcome=NOTHING_ENQUEUED):
-                (reply,) = replicated(self, [("enqueue_many", keys, argv)], errors=False)
+                if self.settings.replica_acks:
+                    (reply,) = replicated(self, [("enqueue_many", keys, argv)], errors=False)
+                else:
+                    reply = self._call("enqueue_many", keys, argv)
             return [Accepted(state=reply[0].decode())] * len(requests)
         if any(self.handed_off(r) for r in requests):
             return self.enqueue_handing_off(requests)

@@ -101,6 +101,9 @@ def proxied(redis_ns: RedisNamespace) -> Iterator[tuple[RedisBroker, LosingProxy
         port = redis_ns.client.connection_pool.connection_kwargs["port"]
     proxy = LosingProxy(int(port))
     broker = through(proxy, redis_ns)
+    # A one-off dequeue goes on a pool connection, an enqueue on a spare one (connection.py):
+    # the pool's is opened first, so that a reply lost next is a call's, not a connect's.
+    assert broker.dequeue(["default"]) is None
     yield broker, proxy
     broker.client.close()
     proxy.close()

@@ -1,0 +1,175 @@
+"""The connections an enqueue travels on (issue 22: single-call enqueue at the round-trip floor).
+
+An enqueue (any call the broker may send twice: `ScriptCalls._round_trip`) goes on a connection
+of the broker's spares, outside redis-py's pool: taken by one caller, given back after its
+reply, reused by the next caller, whatever its thread. No lock, no poll before each call: a
+connection the server closed meanwhile fails that call, which is sent again on it reconnected.
+Each test has a Redis of its own, so that its connections are the only ones counted.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from django_jobs.broker.protocol import EnqueueRequest
+from django_jobs.client import get_broker
+from django_jobs.exceptions import BrokerUnavailable
+from tests.conftest import RedisServer
+
+THREADS = 8
+
+
+@pytest.fixture
+def probe(private_redis: RedisServer, settings: Any) -> redis.Redis:
+    settings.JOBS = {"REDIS_URL": private_redis.url, "NAMESPACE": "t", "ENQUEUE_TIMEOUT": 1}
+    return private_redis.client(decode_responses=True)
+
+
+def put(task_id: str, delay: float = 0.0) -> str:
+    """Enqueue one task; its state."""
+    (accepted,) = get_broker().enqueue([EnqueueRequest(task_id, "default", "{}", delay=delay)])
+    return str(accepted.state)
+
+
+def others(probe: redis.Redis) -> set[str]:
+    """The ids of the connections to Redis other than the probe's own."""
+    return {c["id"] for c in probe.client_list() if c["cmd"] != "client|list"}
+
+
+@pytest.fixture
+def pool_gets(monkeypatch: pytest.MonkeyPatch, probe: redis.Redis) -> list[int]:
+    """Counts the connections taken from the broker's redis-py pool."""
+    pool = get_broker().client.connection_pool
+    taken: list[int] = []
+    original = pool.get_connection
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        taken.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "get_connection", counted)
+    return taken
+
+
+def test_enqueue__takes_no_connection_from_the_pool_and_keeps_one(
+    probe: redis.Redis, pool_gets: list[int]
+) -> None:
+    put("warm-up")  # the script loaded (on a pool connection: NOSCRIPT), a spare opened
+    opened = others(probe)
+    pool_gets.clear()
+
+    for n in range(50):
+        put(f"t{n}")
+
+    assert pool_gets == []
+    assert others(probe) == opened
+    assert probe.llen("t:{default}:pending") == 51
+
+
+def test_enqueue__threads_at_once_open_one_connection_each_at_most_then_reuse_them(
+    probe: redis.Redis, pool_gets: list[int]
+) -> None:
+    put("warm-up")
+    before = others(probe)
+    pool_gets.clear()
+    wave_ids: list[set[str]] = []
+
+    def wave(name: str) -> None:
+        barrier = threading.Barrier(THREADS)
+
+        def enqueue(t: int) -> None:
+            barrier.wait(timeout=10)
+            for n in range(25):
+                put(f"{name}-{t}-{n}")
+
+        threads = [threading.Thread(target=enqueue, args=(t,)) for t in range(THREADS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        wave_ids.append(others(probe))
+
+    wave("a")
+    wave("b")  # new threads: the connections of the first wave's, none opened for them
+
+    assert probe.llen("t:{default}:pending") == 1 + 2 * THREADS * 25
+    assert len(wave_ids[0] - before) <= THREADS - 1, "the warm-up's spare, and one a thread"
+    assert wave_ids[1] == wave_ids[0]
+    assert pool_gets == []
+
+
+def test_enqueue__a_forked_child_sends_on_a_connection_of_its_own(probe: redis.Redis) -> None:
+    put("warm-up")  # the parent's connection, in the broker the child inherits
+    before = others(probe)
+    sent, done = os.pipe(), os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: enqueue, say so, wait to be told to exit
+        code = 1
+        try:
+            code = 0 if put("from-child") == "pending" else 2
+        finally:
+            os.write(sent[1], bytes([code]))
+            os.read(done[0], 1)
+            os._exit(code)
+    try:
+        assert os.read(sent[0], 1) == b"\x00"
+        during = others(probe)
+    finally:
+        os.write(done[1], b".")
+        _, status = os.waitpid(pid, 0)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert before < during, "the child opened a connection of its own"
+    assert put("after") == "pending"  # the parent's connection is still sound
+    assert probe.lrange("t:{default}:pending", 0, -1) == ["after", "from-child", "warm-up"]
+
+
+def test_enqueue__connections_the_server_closed_are_reopened_and_the_call_goes_in(
+    probe: redis.Redis,
+) -> None:
+    put("warm-up")
+    probe.client_kill_filter(_type="normal", skipme=True)  # as an idle timeout would
+
+    assert put("a") == "pending"
+    assert probe.lrange("t:{default}:pending", 0, -1) == ["a", "warm-up"]
+
+
+def test_enqueue__after_a_restart_of_redis_every_spare_connection_reconnects(
+    private_redis: RedisServer, probe: redis.Redis
+) -> None:
+    barrier = threading.Barrier(4)
+
+    def enqueue(name: str) -> None:
+        barrier.wait(timeout=10)
+        put(name)
+
+    for wave in ("a", "b"):
+        threads = [threading.Thread(target=enqueue, args=(f"{wave}{t}",)) for t in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        if wave == "a":
+            private_redis.restart()  # every spare connection now dead
+
+    assert sorted(probe.lrange("t:{default}:pending", 0, -1)) == ["b0", "b1", "b2", "b3"]
+
+
+def test_enqueue__a_call_that_timed_out_never_leaves_its_reply_to_the_next(
+    private_redis: RedisServer, probe: redis.Redis
+) -> None:
+    put("warm-up")
+    private_redis.freeze()
+    try:
+        with pytest.raises(BrokerUnavailable):
+            put("a")  # its reply, if Redis runs it once thawed, is {"ok", "pending"}
+    finally:
+        private_redis.thaw()
+
+    assert put("b", delay=60) == "scheduled"
+    assert probe.zrange("t:{default}:scheduled", 0, -1) == ["b"]
