@@ -18,6 +18,7 @@ from django.core.exceptions import AppRegistryNotReady
 from django_jobs.broker.limits import Limit, limit
 from django_jobs.conf import get_settings
 from django_jobs.exceptions import UnknownJob
+from django_jobs.keys import one_shard_jobs
 from django_jobs.message import JobContext as JobContext  # defined with the plain data
 
 if TYPE_CHECKING:
@@ -264,8 +265,10 @@ class Registry:
             self.jobs[cls.name] = cls
             if found is None:
                 self._limits.pop(cls.name, None)
+                one_shard_jobs.discard(cls.name)
             else:
                 self._limits[cls.name] = found
+                one_shard_jobs.add(cls.name)  # its tasks on one shard (broker/shards.py)
             return
         paths = self.conflicts.setdefault(cls.name, [_path(existing)])
         paths.append(_path(cls))

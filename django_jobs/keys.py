@@ -36,9 +36,22 @@ def logical_queue(name: str) -> str:
 
 
 def shard_index(text: str, count: int) -> int:
-    """Which of `count` shards `text` (an idempotency key as `<job>:<key>`) goes to: the same
-    in every process and release (CRC-32)."""
+    """Which of `count` shards `text` (an idempotency key as `<job>:<key>`, or a job name) goes
+    to: the same in every process and release (CRC-32)."""
     return zlib.crc32(text.encode()) % count if count > 1 else 0
+
+
+#: The job types whose tasks all go to one shard of a sharded queue, the one their name hashes
+#: to (`shard_index`), idempotency keys included: those with a concurrency_limit or a rate_limit,
+#: whose limit keys are a queue's, so a shard's (dequeue.lua), so that one set of them holds the
+#: limit across every worker. Kept by the job registry as each class is defined (jobs.py).
+one_shard_jobs: set[str] = set()
+
+
+def idempotency_shard(job: str, key: str, count: int) -> int:
+    """Which of `count` shards holds job's idempotency key `key` (and gets its task): the job
+    name's for a job type of `one_shard_jobs`, else the key's."""
+    return shard_index(job if job in one_shard_jobs else f"{job}:{key}", count)
 
 
 class State:
@@ -81,10 +94,10 @@ class QueueKeys:
 
     def idempotency(self, job_name: str, key: str) -> str:
         """The string holding the id of the first task accepted under (job, key); on a sharded
-        queue, in the slot of the shard the key hashes to (`shard_index`), where its tasks go
-        too (broker/shards.py)."""
+        queue, in the slot of the shard the key hashes to (`idempotency_shard`: a limited job
+        type's, its name), where its tasks go too (broker/shards.py)."""
         if self.shards:
-            shard = self.shards[shard_index(f"{job_name}:{key}", len(self.shards))]
+            shard = self.shards[idempotency_shard(job_name, key, len(self.shards))]
             return f"{self.namespace}:{{{shard}}}:idem:{job_name}:{key}"
         return f"{self.prefix}:idem:{job_name}:{key}"
 

@@ -13,6 +13,11 @@ pause and resume act on every shard. The shards are the broker's business:
   whose slot holds that key (`QueueKeys.idempotency`), so the key is still refused on every
   shard and every queue, in the one round trip of an enqueue to its home queue (broker/handoff.py
   for another queue).
+- **Limited job types** (a concurrency_limit or a rate_limit: `keys.one_shard_jobs`) do not
+  spread: every task of one, keyed or not, goes to the shard its name hashes to, with its
+  idempotency keys. Their limits are counted in keys of the queue a task is on (dequeue.lua),
+  which on a Cluster cannot be shared by two slots: on one shard, the one set of them holds the
+  limit across every worker, as on a queue of one shard.
 - **Workers** serve the shards of a queue as one level of the queues' strict priority
   (`levels`; broker/fetch.py): a critical task goes before any shard of default, and among the
   shards of one level the lead moves to the next shard after every fetch, so every shard with
@@ -39,7 +44,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from django_jobs.broker.info import QueueInfo
 from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.conf import JobsSettings
-from django_jobs.keys import SHARD_MARK, logical_queue, shard_index
+from django_jobs.keys import SHARD_MARK, logical_queue, one_shard_jobs, shard_index
 
 #: The counts of a QueueInfo, summed over a queue's shards.
 COUNTS = tuple(f.name for f in fields(QueueInfo) if f.type in (int, "int"))
@@ -70,6 +75,13 @@ def shard_names(queue: str, count: int) -> tuple[str, ...]:
                 names.append(name)
                 break
     return tuple(names)
+
+
+def _job_of(encoded: str) -> str:
+    """The job name of an encoded message, read as dequeue.lua does: after its first
+    `,"job":"` (message.encode writes it so), up to the next quote."""
+    at = encoded.find(',"job":"') + 8
+    return encoded[at : encoded.find('"', at)] if at >= 8 else ""
 
 
 class Shards:
@@ -122,7 +134,10 @@ class Shards:
                 out.append(request)
                 continue
             key = request.idempotency_key
-            if key is not None:  # `<ns>:{<home>}:idem:<job>:<key>`: hashed as QueueKeys does
+            job = _job_of(request.encoded) if one_shard_jobs else ""
+            if job in one_shard_jobs:  # a limited job type: its limits are one shard's keys
+                shard = names[shard_index(job, len(names))]
+            elif key is not None:  # `<ns>:{<home>}:idem:<job>:<key>`: hashed as QueueKeys does
                 shard = names[shard_index(key.partition("}:idem:")[2], len(names))]
             else:
                 shard = picked.get(request.queue) or picked.setdefault(
