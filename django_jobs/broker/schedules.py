@@ -20,7 +20,7 @@ from typing import Any
 from django_jobs.broker.info import Fire, ScheduleState
 from django_jobs.broker.inspect import InspectCalls
 from django_jobs.broker.protocol import Accepted, EnqueueRequest
-from django_jobs.keys import schedule, schedule_fires, schedules
+from django_jobs.keys import logical_queue, schedule, schedule_fires, schedules, tagged_queue
 
 #: What became of a fire whose record failed (the enqueue went in).
 RECORD_LOST = "its task was enqueued, but the fire was not recorded (the next tick finds its key)"
@@ -152,10 +152,18 @@ class ScheduleCalls(InspectCalls):
         with self.unavailable():
             self.client.hdel(schedule(self.settings.namespace, name), "paused")
 
+    def _fire_keys(self, prefix: str) -> list[str]:
+        """SCAN patterns of a schedule's fire keys, from the prefix its last fire recorded:
+        on every shard of its queue (each fire's key is on the shard it hashes to)."""
+        tag = tagged_queue(prefix)
+        head, tail = prefix.split(f"{{{tag}}}", 1)
+        shards = dict.fromkeys([tag, *self.shards.of(logical_queue(tag))])
+        return [_glob(f"{head}{{{shard}}}{tail}") + "*" for shard in shards]
+
     def forget_schedules(self, keep: Sequence[str]) -> list[str]:
         """Delete the state of the schedules Redis holds that are not in keep (their hash,
-        history and fire times' idempotency keys, found by a SCAN, only when there are such
-        schedules); register keep."""
+        history and fire times' idempotency keys, found by a SCAN of every shard of their
+        queue, only when there are such schedules); register keep."""
         ns = self.settings.namespace
         with self.unavailable():
             known = {str(m) for m in self.client.smembers(schedules(ns))}
@@ -164,8 +172,9 @@ class ScheduleCalls(InspectCalls):
             for name in gone:
                 prefix = self.client.hget(schedule(ns, name), "fire_keys")
                 if isinstance(prefix, str) and prefix:
-                    for key in self.client.scan_iter(match=_glob(prefix) + "*", count=1000):
-                        pipe.delete(key)
+                    for match in self._fire_keys(prefix):
+                        for key in self.client.scan_iter(match=match, count=1000):
+                            pipe.delete(key)
                 pipe.delete(schedule(ns, name))
                 pipe.delete(schedule_fires(ns, name))
                 pipe.srem(schedules(ns), name)

@@ -14,7 +14,8 @@ scheduled, running or waiting for a retry (logged as skipped).
 
 Redis cost: nothing when no schedule is configured; else a tick (when the next fire time is due,
 at least once a second) is one TIME, one pipelined HMGET of every schedule's state, and one fire
-script per schedule due (plus one HGET of the previous task's state for an overlap=False one).
+script per schedule due (plus one HGET of the previous task's state for an overlap=False one,
+on a sharded queue one per shard until one finds it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 
 from django_jobs.broker.info import ScheduleState
 from django_jobs.broker.protocol import Broker
+from django_jobs.broker.shards import shards_for
 from django_jobs.conf import JobsSettings
 from django_jobs.keys import State
 from django_jobs.schedules import CATCH_UP_LIMIT, Schedule, check_schedules, get_schedules
@@ -133,7 +135,12 @@ class Scheduler(Component):
     def _previous_unfinished(self, state: ScheduleState) -> bool:
         if state.last_task_id is None or state.last_task_queue is None:
             return False
-        return self.broker.task_state(state.last_task_queue, state.last_task_id) in UNFINISHED
+        # A fire's task went to a shard of its queue (broker/shards.py): look on each.
+        for queue in shards_for(self.broker.settings).of(state.last_task_queue):
+            found = self.broker.task_state(queue, state.last_task_id)
+            if found is not None:
+                return found in UNFINISHED
+        return False
 
     def _fire(self, schedule: Schedule, fire_time: float, *, missed: bool) -> None:
         task_id, accepted = self.actions.fire(schedule, fire_time)
