@@ -39,28 +39,27 @@ end
 
 local now, due_at = due(ARGV[3], ARGV[4])
 
--- Only the structure this task goes to is checked: the other one is not written.
-local bad
+-- The first write puts the id in the structure this task goes to (the other one is not written,
+-- so not checked): one of another type refuses it there, before anything was written.
+local state, key, expected, added = 'pending', KEYS[2], 'list', nil
 if due_at > now then
-  bad = wrong_type(KEYS[3], 'zset')
+  state, key, expected = 'scheduled', KEYS[3], 'zset'
+  added = redis.pcall('ZADD', key, due_at, id)
 else
-  bad = wrong_type(KEYS[2], 'list')
+  added = redis.pcall('LPUSH', key, id)
 end
-if bad then
-  return bad
-end
-local state = 'pending'
-if due_at > now then
-  state = 'scheduled'
-  redis.call('ZADD', KEYS[3], due_at, id)
-  redis.call('HSET', KEYS[1], 'next_at', stamp(due_at))
-else
-  redis.call('LPUSH', KEYS[2], id)
-  wake(KEYS[4])
+if type(added) == 'table' and added.err then
+  return wrong_type(key, expected) or added
 end
 -- No attempts, crashes or epoch yet: a counter absent reads as 0 (dequeue, bump, the read side),
 -- and each field of a record stored as a hash table costs some 56 bytes.
-redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', stamp(now))
+if state == 'scheduled' then
+  redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', stamp(now),
+    'next_at', stamp(due_at))
+else
+  wake(KEYS[4])
+  redis.call('HSET', KEYS[1], 'msg', ARGV[2], 'state', state, 'enqueued_at', stamp(now))
+end
 if KEYS[5] then
   redis.call('SET', KEYS[5], id, 'PX', ARGV[5])
 end

@@ -10,13 +10,10 @@
 -- ARGV[2]  absolute due time in epoch seconds, or "" (wins over the delay)
 -- ARGV[3], ARGV[4], ...  pairs of task id and encoded message
 -- Returns  {state, written}: "pending" or "scheduled", and how many tasks were new (a replayed
---          call finds its tasks written and writes nothing again); an error naming a key of
---          KEYS[1..2] or a record key that has another type (nothing changed). A wake key of
---          another type is skipped: the tasks are enqueued without their tokens.
-local bad = wrong_type(KEYS[1], 'list', KEYS[2], 'zset')
-if bad then
-  return bad
-end
+--          call finds its tasks written and writes nothing again); an error naming a record
+--          key, or the one of KEYS[1..2] the tasks go to, that has another type (nothing
+--          changed). A wake key of another type is skipped: the tasks are enqueued without
+--          their tokens.
 -- Every record is looked at before the first write, so a bad one changes nothing.
 local new = {}
 for i = 4, #KEYS do
@@ -28,21 +25,35 @@ for i = 4, #KEYS do
   end
 end
 local now, due_at = due(ARGV[1], ARGV[2])
-local state = 'pending'
+local state, key, expected = 'pending', KEYS[1], 'list'
 if due_at > now then
-  state = 'scheduled'
+  state, key, expected = 'scheduled', KEYS[2], 'zset'
 end
-local enqueued_at = stamp(now)
+-- The first write puts the new ids in the structure the tasks go to, in one command per 1,000
+-- (the other structure is not written, so not checked): one of another type refuses them
+-- there, before anything was written.
+for first = 1, #new, 1000 do
+  local args = {}
+  for n = first, math.min(first + 999, #new) do
+    if state == 'scheduled' then
+      args[#args + 1] = due_at
+    end
+    args[#args + 1] = ARGV[2 * (new[n] - 4) + 3]
+  end
+  local added = redis.pcall(state == 'scheduled' and 'ZADD' or 'LPUSH', key, unpack(args))
+  if type(added) == 'table' and added.err then
+    return wrong_type(key, expected) or added
+  end
+end
+local enqueued_at, next_at = stamp(now), stamp(due_at)
 for _, i in ipairs(new) do
-  local id = ARGV[2 * (i - 4) + 3]
   -- No counters yet, as enqueue: absent reads as 0.
-  redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
-    enqueued_at)
   if state == 'scheduled' then
-    redis.call('HSET', KEYS[i], 'next_at', stamp(due_at))
-    redis.call('ZADD', KEYS[2], due_at, id)
+    redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
+      enqueued_at, 'next_at', next_at)
   else
-    redis.call('LPUSH', KEYS[1], id)
+    redis.call('HSET', KEYS[i], 'msg', ARGV[2 * (i - 4) + 4], 'state', state, 'enqueued_at',
+      enqueued_at)
   end
 end
 if state == 'pending' and #new > 0 then
