@@ -31,6 +31,7 @@ from django_jobs.jobs import Fail, Job, Retry, SkipRetry
 from django_jobs.tasks.result import build
 from django_jobs.tasks.task import TaskPayload, at, task_of
 from django_jobs.worker.policy import current_traceback
+from django_jobs.worker.processor import running_queue
 
 #: The largest return value kept, in bytes of JSON (OPTIONS["MAX_RETURN_BYTES"] overrides it).
 MAX_RETURN_BYTES = 65536
@@ -65,11 +66,13 @@ class DjangoTask(Job[TaskPayload]):
         backend = task.get_backend()
         broker = _broker()
         ctx = self.context
+        # Its run record goes beside its task's record: on the task's shard (broker/shards.py).
+        queue = running_queue.get() or ctx.queue
         started = time.time()
         record = RunRecord(started_at=started, last_attempted_at=started,
                            worker_ids=[ctx.worker_id] * ctx.attempt)  # fmt: skip
         if broker is not None:
-            record = start(broker, ctx.queue, ctx.job_id, attempt=ctx.attempt,
+            record = start(broker, queue, ctx.job_id, attempt=ctx.attempt,
                            worker_id=ctx.worker_id, now=started,
                            payload=json.dumps(dataclasses.asdict(payload)),
                            retention=payload.retention)  # fmt: skip
@@ -85,7 +88,7 @@ class DjangoTask(Job[TaskPayload]):
             kind = type(exc)
             error = AttemptError(f"{kind.__module__}.{kind.__qualname__}", current_traceback())
             if broker is not None:
-                fail(broker, ctx.queue, ctx.job_id, attempt=ctx.attempt, error=error,
+                fail(broker, queue, ctx.job_id, attempt=ctx.attempt, error=error,
                      now=time.time(), final=final, retention=payload.retention)  # fmt: skip
             if final:
                 failed = dataclasses.replace(
@@ -101,7 +104,7 @@ class DjangoTask(Job[TaskPayload]):
             raise TaskFailed(f"{kind.__name__}: {exc}") from exc
         text = json.dumps(value)
         if broker is not None:
-            succeed(broker, ctx.queue, ctx.job_id, return_json=text, now=time.time(),
+            succeed(broker, queue, ctx.job_id, return_json=text, now=time.time(),
                     retention=payload.retention)  # fmt: skip
         done = dataclasses.replace(result, status=TaskResultStatus.SUCCESSFUL)
         object.__setattr__(done, "_return_value", value)

@@ -16,6 +16,7 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -60,6 +61,13 @@ class Run(NamedTuple):
     payload: Any
     attempt: Attempt
     context: JobContext
+
+
+#: The queue in Redis of the task `Processor.execute` runs in this context, while it runs: a
+#: shard of a sharded queue (broker/shards.py), where JobContext.queue names the queue of ours.
+#: What a job writes beside its task's record goes there, in its slot (the Django tasks
+#: backend's run record: tasks/run.py); "" outside a worker's run.
+running_queue: ContextVar[str] = ContextVar("running_queue", default="")
 
 
 def _no_guard(timeout: float, attempt: Attempt) -> AbstractContextManager[None]:
@@ -109,6 +117,7 @@ class Processor:
         """Run a prepared run here, under the guard; return what to write, as `decide`."""
         started = self.start(run)
         delivery, job, message, number = run.delivery, run.job, run.message, run.attempt.number
+        shard = running_queue.set(delivery.queue)
         try:
             with self.guard(message.timeout, run.attempt):
                 if tracing.tracer is None:  # a branch, not a nullcontext: free when off
@@ -127,6 +136,8 @@ class Processor:
                     "%s %s: an earlier run of this atomic task committed; acknowledged without "
                     "running it again", job.name, delivery.id,
                 )  # fmt: skip
+        finally:
+            running_queue.reset(shard)
         return self.conclude(run, decision, started)
 
     def prepare(self, delivery: Delivery) -> Run | Verdict:
