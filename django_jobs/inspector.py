@@ -51,6 +51,8 @@ __all__ = [
 BATCH_SIZE = 500
 #: The largest page `tasks` serves.
 MAX_PER_PAGE = 1000
+#: How deep `tasks` pages a sharded queue (merged on the time: a page reads those before it).
+MAX_MERGED = 10_000
 
 #: The states an operator may retry a task from ("retry now", DESIGN.md section 4): a task
 #: waiting for its next attempt, or dead. The admin and the API both ask `may_retry`.
@@ -131,23 +133,21 @@ class Inspector:
 
         Order is by the state's own time, latest first unless newest_first is False: enqueued
         (pending), started (active), due (scheduled, retry), died (dead), expiry (completed).
-        A sharded queue's shards follow one another, each in that order (`list_tasks` merges
-        them on the time).
+        A sharded queue's shards are merged on that time (`list_tasks`), so page n reads the
+        pages before it too: the admin pages a sharded queue through list_tasks' cursor.
         """
         shards = self._check_queue(queue)
         check_state(state)
         if page < 1 or not 1 <= per_page <= MAX_PER_PAGE:
             raise ValueError(f"page must be 1 or more and per_page 1 to {MAX_PER_PAGE}")
         start = min(page - 1, MAX_OFFSET // per_page) * per_page  # past every end, not int64
-        total, items = 0, []
-        for shard in shards:  # from `start` on, in the shards one after the other
-            at, stop = max(0, start - total), start + per_page - 1 - total
-            # A full page reads only the shard's count (a negative stop counts from the end).
-            first, last = (at, stop) if stop >= 0 else (0, 0)
-            count, ids = self.broker.state_ids(shard, state, first, last, newest_first=newest_first)
-            if stop >= 0 and ids:
-                items += self.broker.task_rows(shard, ids, state, budget=LIST_BYTES)
-            total += count
+        if len(shards) > 1:
+            total, items = self._merged_page(shards, state, start, per_page, newest_first)
+        else:
+            total, ids = self.broker.state_ids(
+                queue, state, start, start + per_page - 1, newest_first=newest_first
+            )
+            items = self.broker.task_rows(queue, ids, state, budget=LIST_BYTES) if ids else []
         return TaskPage(
             items=tuple(_logical(info) for info in items),
             total=total,
@@ -155,6 +155,23 @@ class Inspector:
             per_page=per_page,
             has_next=start + per_page < total,
         )
+
+    def _merged_page(
+        self, shards: tuple[str, ...], state: str, start: int, per_page: int, newest_first: bool
+    ) -> tuple[int, list[TaskInfo]]:
+        """A sharded queue's tasks start..start+per_page of `state`, merged on the state's time
+        over its shards (the first `start` read and left out), and their total."""
+        wanted = start + per_page
+        if wanted > MAX_MERGED:
+            raise ValueError(
+                f"a page of a sharded queue ends {MAX_MERGED} tasks deep at most (each page "
+                f"reads those before it): page through list_tasks' next_offsets instead"
+            )
+        found = listing.list_tasks(
+            self.broker, state, shards, per_page=wanted, newest_first=newest_first,
+            chunk=per_page, budget=wanted + per_page * len(shards),
+        )  # fmt: skip
+        return found.total, found.items[start:]
 
     def task(self, queue: str, task_id: str) -> TaskInfo | None:
         """Return one task in full, or None if it is not in this queue (any more)."""
@@ -208,11 +225,15 @@ class Inspector:
         queue is read `chunk` tasks per round trip; a call reads at most about `budget` task
         records and LIST_BYTES, then stops even if the page is not full, and says where to go
         on from: `offsets` is None for the first page, else the next_offsets of the previous
-        answer. Tasks entering or leaving the state between calls shift the offsets."""
+        answer. Tasks entering or leaving the state between calls shift the offsets. A sharded
+        queue's shards are each a queue here: the budget is at least two chunks of each (the
+        merge reads a chunk of every one before it hands a task out)."""
+        names = self.shards.expand(queues)
+        if len(names) > len(queues):
+            budget = max(budget, 2 * chunk * len(names))
         found = listing.list_tasks(
-            self.broker, state, self.shards.expand(queues), offsets=offsets, job=job,
-            key_contains=key_contains, per_page=per_page, newest_first=newest_first, chunk=chunk,
-            budget=budget,
+            self.broker, state, names, offsets=offsets, job=job, key_contains=key_contains,
+            per_page=per_page, newest_first=newest_first, chunk=chunk, budget=budget,
         )  # fmt: skip
         return replace(found, items=[_logical(info) for info in found.items])
 

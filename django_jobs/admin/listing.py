@@ -121,8 +121,11 @@ class ListQuery:
 
     @property
     def paged(self) -> bool:
-        """Whether the list is paged by number (one queue, no filter) rather than by cursor."""
-        return bool(self.queue) and not (self.job or self.query)
+        """Whether the list is paged by number (one queue of one shard, no filter) rather than
+        by cursor (which merges several queues, or a sharded queue's shards, on the time)."""
+        if not self.queue or self.job or self.query:
+            return False
+        return get_settings().queue_shards.get(self.queue, 1) == 1
 
     def url(self, **changes: str | int) -> str:
         """This list's URL with some parameters changed (paging starts over unless given)."""

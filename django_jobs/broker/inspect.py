@@ -43,7 +43,7 @@ from django_jobs.broker.records import (
     parse_time,
     task_info,
 )
-from django_jobs.keys import State, today, worker, workers
+from django_jobs.keys import State, logical_queue, today, worker, workers
 
 
 def _in_message(text: str) -> str:
@@ -306,8 +306,10 @@ class InspectCalls(ScriptCalls):
                 concurrency=parse_int(h.get("concurrency")),
                 started_at=parse_time(h.get("started")),
                 last_beat=parse_time(h.get("last_beat")),
-                tasks=tuple(
-                    RunningTask(t, q, message.job if (message := jobs.get((q, t))) else None)
+                tasks=tuple(  # each on its queue of ours: the beat names its shard (to read it)
+                    RunningTask(
+                        t, logical_queue(q), message.job if (message := jobs.get((q, t))) else None
+                    )
                     for t, q in slots
                 ),
             )
