@@ -35,6 +35,13 @@ def logical_queue(name: str) -> str:
     return name.partition(SHARD_MARK)[0]
 
 
+def queue_label(name: str) -> str:
+    """A queue in Redis as log lines name it: `'default'`, a shard as its queue of ours with the
+    shard after it, `'default' (shard default#20)`."""
+    queue = logical_queue(name)
+    return repr(name) if queue == name else f"{queue!r} (shard {name})"
+
+
 def shard_index(text: str, count: int) -> int:
     """Which of `count` shards `text` (an idempotency key as `<job>:<key>`, or a job name) goes
     to: the same in every process and release (CRC-32)."""

@@ -51,6 +51,7 @@ from django_jobs.broker.cluster import PartlyAnswered
 from django_jobs.broker.connection import ScriptCalls, refused, wrong_key
 from django_jobs.broker.protocol import Delivery
 from django_jobs.exceptions import BrokerRefused
+from django_jobs.keys import queue_label
 
 #: Why a task taken out of the queues' order goes back (its requeue's reason, never shown: it
 #: goes back to pending, not to dead).
@@ -270,9 +271,9 @@ class FetchCalls(ScriptCalls):
         for delivery, reply in zip(deliveries, replies, strict=True):
             if isinstance(reply, Exception):
                 logger.warning(
-                    "could not give back task %s of queue %r (%s): %s; it is recovered once "
+                    "could not give back task %s of queue %s (%s): %s; it is recovered once "
                     "its lease expires",
-                    delivery.id, delivery.queue, reason, reply,
+                    delivery.id, queue_label(delivery.queue), reason, reply,
                 )  # fmt: skip
             else:
                 back += bool(reply)  # 0: stale, the task is no longer this fetch's
