@@ -34,7 +34,7 @@ from django_jobs.broker.connection import NOTHING_ENQUEUED, refused
 from django_jobs.broker.protocol import Accepted, Deleted, EnqueueRequest
 from django_jobs.broker.schedules import ScheduleCalls
 from django_jobs.exceptions import BrokerUnavailable
-from django_jobs.keys import logical_queue, tagged_queue
+from django_jobs.keys import logical_queue, queue_label, tagged_queue
 
 logger = logging.getLogger("django_jobs.broker")
 
@@ -194,8 +194,8 @@ class HandoffCalls(ScheduleCalls):
             release = isinstance(reply, ResponseError) or reply[0] == b"duplicate"
             if isinstance(reply, ResponseError):
                 logger.error("handed-off task %s was refused by its queue %s, so its "
-                             "idempotency key is given back: %s", request.id, request.queue,
-                             reply)  # fmt: skip
+                             "idempotency key is given back: %s", request.id,
+                             queue_label(request.queue), reply)  # fmt: skip
             assert request.idempotency_key is not None
             key = self._moved(request.idempotency_key, home)
             finished.append((replace(request, idempotency_key=key), release))

@@ -33,6 +33,7 @@ from redis.exceptions import (
 )
 
 from django_jobs.broker.fetch import Call, FetchCalls
+from django_jobs.keys import queue_label
 
 logger = logging.getLogger("django_jobs.broker")
 
@@ -96,9 +97,9 @@ class ReceiptCalls(FetchCalls):
         for (queue, receipt), reply in zip(unsure, given, strict=True):
             if isinstance(reply, Exception):
                 logger.warning(
-                    "could not give back the tasks of queue %r a fetch took whose reply was "
+                    "could not give back the tasks of queue %s a fetch took whose reply was "
                     "lost (receipt %s): %s; %s",
-                    queue, receipt, reply,
+                    queue_label(queue), receipt, reply,
                     "tried again before the next fetch" if _refused(reply)
                     else "they run again once their lease expires",
                 )  # fmt: skip

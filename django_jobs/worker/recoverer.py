@@ -18,6 +18,7 @@ from django_jobs.broker import handoff
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.broker.shards import shards_for
 from django_jobs.jobs import registry
+from django_jobs.keys import queue_label
 from django_jobs.worker.loop import Component
 
 BATCH = 1000
@@ -45,7 +46,7 @@ class Recoverer(Component):
                 for task_id, state in recovered:
                     self.logger.warning(
                         "task %s on %s: its worker died (lease expired); now %s",
-                        task_id, queue, state,
+                        task_id, queue_label(queue), state,
                     )  # fmt: skip
                 if len(recovered) < BATCH:
                     break
