@@ -147,6 +147,11 @@ CLUSTER_TESTS = [
     "tests/integration/test_fetch_first_round.py",
     "tests/integration/test_replay_safety.py",
     "tests/integration/test_shards.py",
+    "tests/integration/test_shards_limits.py",
+    "tests/integration/test_shards_schedules.py",
+    "tests/integration/test_shards_tasks.py",
+    "tests/integration/test_shards_views.py",
+    "tests/integration/test_shards_logs.py",
     "tests/cluster_leg",
 ]
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
@@ -111,17 +111,9 @@ class FetchCalls(ScriptCalls):
         #: Keys of another type than ours that dequeue reported last, each warned about once.
         self._broken: frozenset[str] = frozenset()
 
-    def fetch(
-        self,
-        queues: Sequence[str],
-        count: int,
-        *,
-        own: bool,
-        before: Sequence[Call] = (),
-        lead: Sequence[tuple[Any, ...]] = (),
-        first: int | None = None,
-    ) -> tuple[list[Any], list[Delivery], Exception | None]:
-        raise NotImplementedError  # RedisBroker's (the hot path)
+    #: RedisBroker.fetch (the hot path, redis.py): (the lead commands' replies, the tasks
+    #: taken, the error that ended the fetch if one did).
+    fetch: Callable[..., tuple[list[Any], list[Delivery], Exception | None]]
 
     def _dequeue_call(self, queues: Sequence[str], count: int) -> tuple[list[str], list[Any]]:
         raise NotImplementedError
