@@ -9,11 +9,8 @@ knows the connection.
   `_spare`); it also holds the keys of each queue.
 - `redact` (django_jobs.conf.redact, below the settings' check E003 that uses it too) is the one
   way a Redis URL reaches text: the banner, logs, error messages, the admin's and API's 503s.
-- `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable` (no
-  answer) or `BrokerRefused` (Redis answered with an error: out of memory, a key of the wrong
-  type in our namespace, ACL, a read-only replica), in the words of errors.py: a worker backs
-  off on either, and an enqueue raises a named error instead of a raw `redis.ResponseError`.
-  Every call of `ScriptCalls` runs inside it (so it lives here, errors.py only when one failed).
+- `unavailable` (errors.py) turns every redis-py error a broker call can meet into
+  `BrokerUnavailable` or `BrokerRefused`: every call of `ScriptCalls` runs inside it.
 - On a Redis Cluster (`redis+cluster://`), the client is a RedisCluster and the scripts travel
   on `cluster.ClusterWire`.
 """
@@ -21,6 +18,7 @@ knows the connection.
 from __future__ import annotations
 
 import os
+import select
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -37,10 +35,10 @@ from redis.retry import Retry
 
 from django_jobs.broker import scripts
 from django_jobs.broker.cluster import ClusterWire, cluster_client
-from django_jobs.broker.errors import MOVING
 from django_jobs.broker.errors import NOTHING_CHANGED as NOTHING_CHANGED
 from django_jobs.broker.errors import NOTHING_ENQUEUED as NOTHING_ENQUEUED
 from django_jobs.broker.errors import refused as refused
+from django_jobs.broker.errors import unavailable as unavailable
 from django_jobs.broker.errors import wrong_key as wrong_key
 from django_jobs.broker.shards import shards_for
 from django_jobs.broker.topology import sentinel_client
@@ -52,50 +50,15 @@ from django_jobs.conf.redis_url import (
     parse_cluster_url,
     parse_sentinel_url,
 )
-from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.keys import QueueKeys
-
-
-class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
-    """Turn redis-py errors into BrokerUnavailable (no answer; on a Redis Cluster also a slot on
-    the move or a failover under way) or BrokerRefused (an error reply, named by errors.py).
-
-    writes: whether the call may change something (a read's message does not say the operation
-    may still have been applied). A class, not a generator: the hot path enters one per task.
-    """
-
-    __slots__ = ("outcome", "url", "writes")
-
-    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
-        self.url = url
-        self.writes = writes
-        self.outcome = outcome
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, MOVING):
-            raise BrokerUnavailable(
-                f"Redis Cluster at {self.url} is moving a slot or failing over ({exc}): that "
-                f"call did not run. Retry in a moment."
-            ) from None
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            maybe = "The operation may still have been applied. " if self.writes else ""
-            raise BrokerUnavailable(
-                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
-                f"JOBS['REDIS_URL'] points at it, then retry."
-            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
-        if isinstance(exc, ResponseError):
-            raise refused(self.url, exc, outcome=self.outcome) from None
 
 
 @sensitive_variables("url")
 def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
     """Return a client for url whose calls give up after about `timeout` seconds in all.
 
-    One retry, because a timed-out command may or may not have run and every script but a
-    dequeue is safe to run twice (never sent through it: `ScriptCalls._round_trip`). `blocking`
+    One retry, for the calls on the pool's connections that are safe to run twice (a dequeue
+    and an enqueue never go through it: `ScriptCalls._round_trip`). `blocking`
     is the longest BLPOP the client will issue, added to its read timeout. A URL that does not
     parse is an ImproperlyConfigured naming it redacted (redis-py's would show the password).
     A `redis+sentinel://` URL gives a client of the primary the sentinels name
@@ -120,8 +83,8 @@ def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
         "retry": Retry(NoBackoff(), 1),
         "decode_responses": True,
         # No health checks: a new connection's first one pings with retries of its own, which
-        # doubled the time a call took to give up on a frozen Redis. A connection the server
-        # closed is reopened and its call sent again (_round_trip); one gone silent times out.
+        # doubled the time a call took to give up on a frozen Redis. A spare connection the
+        # server closed is reopened before its call is sent (_round_trip); a silent one times out.
         "health_check_interval": 0,
     }
     if sentinel is not None:
@@ -147,6 +110,9 @@ UNBLOCK_TIMEOUT = 0.5
 #: Scripts that must not run twice for one call: a replayed dequeue would move a second task to
 #: active and hand out only one of them, stranding the other until its lease expires.
 NOT_REPLAYABLE = frozenset({"dequeue", "ack_dequeue"})
+#: Scripts never sent again once sent: their guard, the task record, is gone after an ack with a
+#: retention of 0. On a Cluster's wire as on one server's spares (where nothing sent is resent).
+SENT_ONCE = frozenset({"enqueue", "enqueue_many"})
 
 
 class ScriptCalls:
@@ -164,13 +130,16 @@ class ScriptCalls:
         #: On a Redis Cluster, the wire script calls travel on (see cluster.py); else None.
         self.wire: ClusterWire | None = None
         if isinstance(client, RedisCluster):
-            fragile = [self.scripts[name].sha for name in NOT_REPLAYABLE]
+            fragile = [self.scripts[name].sha for name in NOT_REPLAYABLE | SENT_ONCE]
             self.wire = ClusterWire(client, settings.enqueue_timeout, fragile)
         #: The connection `settle` owns, with the pid it was opened in (see `_own_connection`).
         self._own: tuple[int, Any] | None = None  # a redis.connection.Connection
         self._own_id: int | None = None  # its CLIENT ID
         #: The spare connections of replayable calls, with the pid they belong to (`_spare`).
         self._spares: tuple[int, list[Any]] = (os.getpid(), [])
+        #: The most spares kept: as many as the pool's max_connections (none on a Cluster).
+        pool = getattr(client, "connection_pool", None)
+        self._most: int = getattr(pool, "max_connections", None) or 2**31
 
     def keys(self, queue: str) -> QueueKeys:
         """The keys of one queue."""
@@ -212,7 +181,7 @@ class ScriptCalls:
         """Run a script and return its reply as bytes, whatever the stored bytes are
         (`writes=False` for a read-only script: see `unavailable`)."""
         with self.unavailable(writes=writes, outcome=outcome):
-            if name in NOT_REPLAYABLE or self.wire is not None:
+            if name in NOT_REPLAYABLE or name in SENT_ONCE or self.wire is not None:
                 return self._call(name, keys, args, replayable=name not in NOT_REPLAYABLE)
             script = self.scripts[name]
             command = ("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -294,11 +263,13 @@ class ScriptCalls:
 
         A redis-py pipeline without its per-call bookkeeping, on the connection `settle` owns
         (`own`), on a spare one for other calls that may run twice (`_spare`), else on one of
-        the pool's. A connection that fails (a restart, an idle timeout) is reopened and the
-        commands sent again, once, if they were not sent yet or are `replayable` (every script
-        but a dequeue is safe to run twice). A timeout is not retried: it has spent half the
-        caller's budget (see `connect`), and a new connection to a server that does not answer
-        would spend more than the rest.
+        the pool's. A spare the server closed (a restart, an idle timeout) is reopened before the
+        commands are sent (as the pool checks its own); a connection that fails is reopened and
+        the commands sent again, once, if they were not sent yet, or on the connection `settle`
+        owns if `replayable`. Commands sent on a spare are never sent again: an enqueue's guard
+        is its task record, which an ack with a retention of 0 deletes, so a resend could make a
+        second task. A timeout is not retried: it has spent half the caller's budget (see
+        `connect`), and a new connection to a server that does not answer would spend more.
         """
         if self.wire is not None:
             return self.wire.round_trip(commands, own=own, replayable=replayable)
@@ -307,6 +278,8 @@ class ScriptCalls:
             conn: Any = self._own_connection()
         elif replayable:
             spares, conn = self._spare()
+            if conn._sock is not None and select.select([conn._sock], [], [], 0)[0]:
+                conn.disconnect()  # closed by the server (nothing else is unread): reopen now
         else:
             conn = self.client.connection_pool.get_connection()
         try:
@@ -326,7 +299,7 @@ class ScriptCalls:
                     return replies
                 except redis.ConnectionError:
                     self._drop(conn, own)  # it reconnects on its next send
-                    if attempt == 2 or (sent and not replayable):
+                    if attempt == 2 or (sent and (spares is not None or not replayable)):
                         raise
                 except BaseException:
                     # A timeout, or anything raised between two reads (a JobTimeout from
@@ -336,8 +309,10 @@ class ScriptCalls:
                     raise
             raise AssertionError("unreachable")
         finally:
-            if spares is not None:
+            if spares is not None and len(spares) < self._most:
                 spares.append(conn)
+            elif spares is not None:
+                conn.disconnect()
             elif not own:
                 self.client.connection_pool.release(conn)
 
@@ -353,7 +328,12 @@ class ScriptCalls:
         try:
             return spares, spares.pop()
         except IndexError:
-            return spares, self.client.connection_pool.make_connection()
+            return spares, self._new_connection()
+
+    def _new_connection(self, **options: Any) -> Any:
+        """A connection made as the pool makes its own, not counted against its limit."""
+        pool = self.client.connection_pool
+        return pool.connection_class(**{**pool.connection_kwargs, **options})
 
     def _own_connection(self) -> Any:
         """A connection of this process's own, outside the pool, for `settle` and
@@ -361,7 +341,7 @@ class ScriptCalls:
         `interrupt_wait` to unblock. A forked child opens its own."""
         pid = os.getpid()
         if self._own is None or self._own[0] != pid:
-            conn: Any = self.client.connection_pool.make_connection()
+            conn = self._new_connection()
             conn.register_connect_callback(self._on_own_connect)
             self._own, self._own_id = (pid, conn), None
         return self._own[1]
@@ -387,9 +367,8 @@ class ScriptCalls:
         pool, holding its lock). If Redis does not answer, the wait ends within its timeout."""
         if self._own is None or self._own[0] != os.getpid() or self._own_id is None:
             return
-        pool = self.client.connection_pool
         short = {"socket_timeout": UNBLOCK_TIMEOUT, "socket_connect_timeout": UNBLOCK_TIMEOUT}
-        conn: Any = pool.connection_class(**{**pool.connection_kwargs, **short})
+        conn = self._new_connection(**short)
         try:
             conn.send_command("CLIENT", "UNBLOCK", self._own_id)
             conn.read_response()

@@ -287,7 +287,7 @@ class FetchCalls(ScriptCalls):
         now = time.monotonic()
         for queue, until in list(self._broken_until.items()):
             if until <= now:
-                del self._broken_until[queue]
+                self._broken_until.pop(queue, None)
         return {i for i, q in enumerate(queues) if q in self._broken_until}
 
     def _warn_broken(self, entries: Sequence[bytes]) -> None:

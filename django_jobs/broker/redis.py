@@ -55,8 +55,8 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
     def __init__(self, client: redis.Redis, settings: JobsSettings) -> None:
         super().__init__(client, settings)
         self._dequeue_keys: dict[tuple[str, ...], tuple[list[str], list[str]]] = {}
-        #: The limits of the job types this worker runs, as dequeue takes them
-        #: (`limits.dequeue_args`; set by the Processor): [] costs a dequeue nothing.
+        #: The limits of this worker's job types, as dequeue takes them (`limits.dequeue_args`;
+        #: set by the Processor): [] costs a dequeue nothing.
         self.limit_args: list[str | int] = []
 
     # -- enqueue ----------------------------------------------------------------------------
@@ -71,14 +71,15 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         return keys, [request.id, request.encoded, repr(request.delay), eta, window_ms]
 
     def enqueue(self, requests: Sequence[EnqueueRequest]) -> list[Accepted]:
-        """Enqueue tasks in one round trip; replaying the same requests changes nothing.
+        """Enqueue tasks in one round trip, sent once (a lost reply is a BrokerUnavailable). A
+        replay changes nothing while the records live; an ack with a retention of 0 deletes one,
+        so only idempotency keys make a retry after a lost reply safe.
 
         A single task is one script call (with no idempotency key, straight to it: the common
         enqueue), and so is a batch of one queue with no idempotency keys and one due time
         (enqueue_many); anything else is one script call per task, pipelined. A task whose
         idempotency key is in another queue's slot (its job type's home queue) is handed off:
-        three round trips for the batch (broker/handoff.py, whose code runs only then, or for a
-        duplicate key)."""
+        three round trips (broker/handoff.py, whose code runs only then or for a duplicate)."""
         if self.shards.names:  # a sharded queue's tasks to its shards (broker/shards.py)
             requests = self.shards.route(requests)
         first = requests[0]
@@ -293,9 +294,8 @@ class RedisBroker(HandoffCalls, CancelCalls, OutcomeCalls, ReceiptCalls, Cluster
         return receipt
 
     def _deliveries(self, queues: Sequence[str], flat: Sequence[Any]) -> list[Delivery]:
-        # Raw bytes: the message may not be UTF-8 (a corrupt record must reach the processor,
-        # which sends it to dead, rather than fail here); so may a time field, which becomes
-        # the delivery's `problem`.
+        # Raw bytes: the message may not be UTF-8 (a corrupt record reaches the processor, which
+        # sends it to dead, not a failure here); so may a time field (the delivery's `problem`).
         if len(flat) % 9:
             self._warn_broken(flat[-1])
             flat = flat[:-1]

@@ -1,9 +1,9 @@
 """The connections an enqueue travels on (issue 22: single-call enqueue at the round-trip floor).
 
-An enqueue (any call the broker may send twice: `ScriptCalls._round_trip`) goes on a connection
+An enqueue (any call safe to run twice: `ScriptCalls._round_trip`) goes on a connection
 of the broker's spares, outside redis-py's pool: taken by one caller, given back after its
-reply, reused by the next caller, whatever its thread. No lock, no poll before each call: a
-connection the server closed meanwhile fails that call, which is sent again on it reconnected.
+reply, reused by the next caller, whatever its thread. No lock; a connection the server closed
+meanwhile is found before the call is sent and reopened (test_enqueue_resend.py: never resent).
 Each test has a Redis of its own, so that its connections are the only ones counted.
 """
 
