@@ -105,6 +105,21 @@ def decoded(reply: Any) -> Any:
     return reply
 
 
+def closed_by_server(conn: Any) -> bool:
+    """Whether an idle connection has something to read: then the server closed it (a restart,
+    an idle timeout, CLIENT KILL; a spare has no reply unread), found as redis-py's pool finds
+    it (can_read), by a poll of its socket kept with it: 0.5 µs, a select() 1.1 µs."""
+    sock = conn._sock
+    if sock is None:
+        return False  # not connected: its send connects it
+    polled = getattr(conn, "_jobs_poll", None)
+    if polled is None or polled[0] is not sock:  # a new socket (reconnected)
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        polled = conn._jobs_poll = (sock, poller)
+    return bool(polled[1].poll(0))
+
+
 #: Seconds a signal handler may spend telling Redis to end this process's blocked wait.
 UNBLOCK_TIMEOUT = 0.5
 #: Scripts that must not run twice for one call: a replayed dequeue would move a second task to
@@ -278,8 +293,8 @@ class ScriptCalls:
             conn: Any = self._own_connection()
         elif replayable:
             spares, conn = self._spare()
-            if conn._sock is not None and select.select([conn._sock], [], [], 0)[0]:
-                conn.disconnect()  # closed by the server (nothing else is unread): reopen now
+            if closed_by_server(conn):
+                conn.disconnect()  # reopened by its send
         else:
             conn = self.client.connection_pool.get_connection()
         try:
