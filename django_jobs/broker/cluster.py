@@ -1,7 +1,7 @@
 """Redis Cluster: a client of the nodes through redis-py's `RedisCluster`, and the wire the
 broker's scripts travel on there.
 
-`connection.connect` calls `cluster_client` for a `redis+cluster://` URL (parsed by
+`factory.connect` calls `cluster_client` for a `redis+cluster://` URL (parsed by
 `django_jobs.conf.redis_url`). redis-py routes every plain command by its key's slot and follows
 the Cluster's redirections itself. The broker's scripts (`ScriptCalls`) travel on `ClusterWire`
 instead, the Cluster's form of the single server's one round trip (`ScriptCalls._round_trip`):

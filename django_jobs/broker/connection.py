@@ -1,16 +1,16 @@
-"""Connecting to Redis and talking to it: the client, the wire, and what went wrong in words a
-user can act on. `RedisBroker` (redis.py) builds on `ScriptCalls`: it knows the replies; this
-knows the connection.
+"""Talking to Redis: the wire, and what went wrong in words a user can act on. `RedisBroker`
+(redis.py) builds on `ScriptCalls`: it knows the replies; this knows the connection. The client
+itself is made by `factory.connect` (timeouts, the one retry of the pool's calls).
 
-- `connect` makes the client, with the timeouts and the one retry every broker call has.
 - `ScriptCalls` runs the broker's scripts by SHA in one round trip, on a connection of the
   worker child's own for its hot path (`settle`, `wait_and_fetch`), which a signal handler can
   unblock (`interrupt_wait`), on a spare one for other calls that may run twice (an enqueue's:
   `_spare`); it also holds the keys of each queue.
 - `redact` (django_jobs.conf.redact, below the settings' check E003 that uses it too) is the one
   way a Redis URL reaches text: the banner, logs, error messages, the admin's and API's 503s.
-- `unavailable` (errors.py) turns every redis-py error a broker call can meet into
-  `BrokerUnavailable` or `BrokerRefused`: every call of `ScriptCalls` runs inside it.
+- `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable` or
+  `BrokerRefused` (the messages: errors.py): every call of `ScriptCalls` runs inside it, so it
+  lives here, on a task's path, and errors.py runs only when a call failed.
 - On a Redis Cluster (`redis+cluster://`), the client is a RedisCluster and the scripts travel
   on `cluster.ClusterWire`.
 """
@@ -24,76 +24,23 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import redis
-from django.core.exceptions import ImproperlyConfigured
-from django.views.decorators.debug import sensitive_variables
 from hiredis import pack_command
-from redis.backoff import NoBackoff
 from redis.client import NEVER_DECODE
 from redis.cluster import RedisCluster
 from redis.exceptions import NoScriptError, ResponseError
-from redis.retry import Retry
 
 from django_jobs.broker import scripts
-from django_jobs.broker.cluster import ClusterWire, cluster_client
+from django_jobs.broker.cluster import ClusterWire
+from django_jobs.broker.errors import MAYBE_ENQUEUED, MOVING
 from django_jobs.broker.errors import NOTHING_CHANGED as NOTHING_CHANGED
 from django_jobs.broker.errors import NOTHING_ENQUEUED as NOTHING_ENQUEUED
 from django_jobs.broker.errors import refused as refused
-from django_jobs.broker.errors import unavailable as unavailable
 from django_jobs.broker.errors import wrong_key as wrong_key
 from django_jobs.broker.shards import shards_for
-from django_jobs.broker.topology import sentinel_client
 from django_jobs.conf import JobsSettings
 from django_jobs.conf.redact import redact as redact
-from django_jobs.conf.redis_url import (
-    CLUSTER_SCHEMES,
-    SENTINEL_SCHEMES,
-    parse_cluster_url,
-    parse_sentinel_url,
-)
+from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.keys import QueueKeys
-
-
-@sensitive_variables("url")
-def connect(url: str, timeout: float, *, blocking: float = 0.0) -> redis.Redis:
-    """Return a client for url whose calls give up after about `timeout` seconds in all.
-
-    One retry, for the calls on the pool's connections that are safe to run twice (a dequeue
-    and an enqueue never go through it: `ScriptCalls._round_trip`). `blocking`
-    is the longest BLPOP the client will issue, added to its read timeout. A URL that does not
-    parse is an ImproperlyConfigured naming it redacted (redis-py's would show the password).
-    A `redis+sentinel://` URL gives a client of the primary the sentinels name
-    (`topology.sentinel_client`), a `redis+cluster://` URL a RedisCluster
-    (`cluster.cluster_client`; BrokerUnavailable when no node answers), with the same options.
-    """
-    scheme = url.partition("://")[0]
-    try:
-        sentinel = parse_sentinel_url(url) if scheme in SENTINEL_SCHEMES else None
-        cluster = parse_cluster_url(url) if scheme in CLUSTER_SCHEMES else None
-        if sentinel is None and cluster is None:
-            redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        raise ImproperlyConfigured(
-            f"JOBS['REDIS_URL'] cannot be parsed ({redact(url)}): {str(exc).split(' as ')[0]}. "
-            "Percent-encode a password holding '/', '?', '#' or '@' (urllib.parse.quote)."
-        ) from None
-    half = timeout / 2
-    options: dict[str, Any] = {
-        "socket_connect_timeout": half,
-        "socket_timeout": half + blocking,
-        "retry": Retry(NoBackoff(), 1),
-        "decode_responses": True,
-        # No health checks: a new connection's first one pings with retries of its own, which
-        # doubled the time a call took to give up on a frozen Redis. A spare connection the
-        # server closed is reopened before its call is sent (_round_trip); a silent one times out.
-        "health_check_interval": 0,
-    }
-    if sentinel is not None:
-        return sentinel_client(sentinel, options)
-    if cluster is not None:
-        with unavailable(redact(url), writes=False):
-            # A RedisCluster is a Redis to the broker: the same commands, routed by slot.
-            return cluster_client(cluster, options)  # type: ignore[return-value]
-    return redis.Redis.from_url(url, **options)
 
 
 def decoded(reply: Any) -> Any:
@@ -118,6 +65,45 @@ def closed_by_server(conn: Any) -> bool:
         poller.register(sock, select.POLLIN)
         polled = conn._jobs_poll = (sock, poller)
     return bool(polled[1].poll(0))
+
+
+class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
+    """Turn redis-py errors into BrokerUnavailable (no answer; on a Redis Cluster also a slot on
+    the move or a failover under way) or BrokerRefused (an error reply, named by `refused`;
+    an enqueue's slot on the move too, as the error reply of a batch's call is).
+
+    writes: whether the call may change something (a read's message does not say the operation
+    may still have been applied). A class, not a generator: the hot path enters one per task.
+    """
+
+    __slots__ = ("outcome", "url", "writes")
+
+    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
+        self.url = url
+        self.writes = writes
+        self.outcome = outcome
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, MOVING) and self.outcome == NOTHING_ENQUEUED:
+            raise refused(self.url, exc, outcome=self.outcome) from None  # as a batch's (redis.py)
+        if isinstance(exc, MOVING):
+            raise BrokerUnavailable(
+                f"Redis Cluster at {self.url} is moving a slot or failing over ({exc}): that "
+                f"call did not run. Retry in a moment."
+            ) from None
+        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+            maybe = "The operation may still have been applied. " if self.writes else ""
+            if self.outcome == NOTHING_ENQUEUED:  # sent once, never again (_round_trip)
+                maybe = MAYBE_ENQUEUED
+            raise BrokerUnavailable(
+                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
+                f"JOBS['REDIS_URL'] points at it, then retry."
+            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
+        if isinstance(exc, ResponseError):
+            raise refused(self.url, exc, outcome=self.outcome) from None
 
 
 #: Seconds a signal handler may spend telling Redis to end this process's blocked wait.

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import redis
 from redis.exceptions import (
     AskError,
     ClusterDownError,
@@ -22,7 +21,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from django_jobs.exceptions import BrokerRefused, BrokerUnavailable
+from django_jobs.exceptions import BrokerRefused
 
 #: The error code our scripts reply with when a key has the wrong type, before any write:
 #: "WRONGKEY <its type> <the type we keep there> <key>" (the key last: it may hold spaces).
@@ -108,42 +107,3 @@ def partly_enqueued(url: str, failed: Sequence[ResponseError], total: int) -> Br
     if done:
         outcome = f"{done} of these {total} tasks were enqueued, the rest were not"
     return refused(url, failed[0], outcome=outcome)
-
-
-class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
-    """Turn redis-py errors into BrokerUnavailable (no answer; on a Redis Cluster also a slot on
-    the move or a failover under way) or BrokerRefused (an error reply, named by `refused`;
-    an enqueue's slot on the move too, as the error reply of a batch's call is).
-
-    writes: whether the call may change something (a read's message does not say the operation
-    may still have been applied). A class, not a generator: the hot path enters one per task.
-    """
-
-    __slots__ = ("outcome", "url", "writes")
-
-    def __init__(self, url: str, *, writes: bool = True, outcome: str = NOTHING_CHANGED) -> None:
-        self.url = url
-        self.writes = writes
-        self.outcome = outcome
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, MOVING) and self.outcome == NOTHING_ENQUEUED:
-            raise refused(self.url, exc, outcome=self.outcome) from None  # as a batch's (redis.py)
-        if isinstance(exc, MOVING):
-            raise BrokerUnavailable(
-                f"Redis Cluster at {self.url} is moving a slot or failing over ({exc}): that "
-                f"call did not run. Retry in a moment."
-            ) from None
-        if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            maybe = "The operation may still have been applied. " if self.writes else ""
-            if self.outcome == NOTHING_ENQUEUED:  # sent once, never again (_round_trip)
-                maybe = MAYBE_ENQUEUED
-            raise BrokerUnavailable(
-                f"Redis at {self.url} did not answer ({exc}). {maybe}Check that Redis runs and "
-                f"JOBS['REDIS_URL'] points at it, then retry."
-            ) from None  # the cause is in the message; its frames hold the password (AUTH args)
-        if isinstance(exc, ResponseError):
-            raise refused(self.url, exc, outcome=self.outcome) from None

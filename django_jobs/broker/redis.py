@@ -18,7 +18,6 @@ from redis.exceptions import ResponseError
 from django_jobs.broker.cancel import CancelCalls
 from django_jobs.broker.cluster_wait import ClusterWait
 from django_jobs.broker.connection import NOTHING_ENQUEUED
-from django_jobs.broker.connection import connect as connect
 from django_jobs.broker.errors import partly_enqueued
 from django_jobs.broker.fetch import FETCH_FAILED, READY, Call, times
 from django_jobs.broker.handoff import HandoffCalls, accepted

@@ -1,6 +1,6 @@
 """Redis behind Sentinel: a client of the current primary, through redis-py's `Sentinel`.
 
-`connection.connect` calls `sentinel_client` for a `redis+sentinel://` URL (parsed by
+`factory.connect` calls `sentinel_client` for a `redis+sentinel://` URL (parsed by
 `django_jobs.conf.redis_url`). The client's pool is a `SentinelConnectionPool`: every connection
 it makes, the worker's own hot-path one included, asks the sentinels for the primary's address
 when it (re)connects, and a connection to a primary demoted to a replica is closed on its first

@@ -217,7 +217,7 @@ def settings_errors() -> list[Error]:
 
 def _check_replica_acks(raw: dict[str, Any]) -> list[Error]:
     """An enqueue reads WAIT's answer within half of ENQUEUE_TIMEOUT (the read budget of a
-    call: see broker.connection.connect), so the replicas' timeout must fit in it."""
+    call: see broker.factory.connect), so the replicas' timeout must fit in it."""
     acks, wait, budget = raw["REPLICA_ACKS"], raw["REPLICA_ACKS_TIMEOUT"], raw["ENQUEUE_TIMEOUT"]
     if not (is_valid_count(acks) and is_valid_duration(wait) and is_valid_duration(budget)):
         return []

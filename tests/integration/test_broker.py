@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from django_jobs import DuplicateJob, Job
+from django_jobs.broker.factory import connect
 from django_jobs.broker.protocol import Accepted, Deleted, Delivery, EnqueueRequest, Verdict
-from django_jobs.broker.redis import COUNTER_TTL, RedisBroker, connect
+from django_jobs.broker.redis import COUNTER_TTL, RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.keys import QueueKeys
 from django_jobs.testing import run_burst

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from django_jobs.broker.factory import connect
 from django_jobs.broker.protocol import Broker, Deleted
-from django_jobs.broker.redis import RedisBroker, connect
+from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.conf import get_settings
 from django_jobs.exceptions import BrokerRefused, BrokerUnavailable

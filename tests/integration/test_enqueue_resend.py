@@ -17,7 +17,7 @@ import pytest
 import redis
 from redis.exceptions import TryAgainError
 
-from django_jobs.broker.connection import connect
+from django_jobs.broker.factory import connect
 from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker

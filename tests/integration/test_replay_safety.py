@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from django_jobs.broker.connection import connect
+from django_jobs.broker.factory import connect
 from django_jobs.broker.protocol import Action, Delivery, EnqueueRequest, Verdict
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker

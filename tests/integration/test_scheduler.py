@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from django_jobs.broker.connection import connect
+from django_jobs.broker.factory import connect
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker
 from django_jobs.keys import schedule as schedule_key

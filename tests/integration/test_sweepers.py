@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from django_jobs.broker.connection import connect
+from django_jobs.broker.factory import connect
 from django_jobs.broker.protocol import Delivery
 from django_jobs.broker.redis import RedisBroker
 from django_jobs.client import get_broker

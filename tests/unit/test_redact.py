@@ -176,7 +176,7 @@ def test_redis_url__one_that_does_not_parse_is_named_without_its_password(
 ) -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_jobs.broker.connection import connect
+    from django_jobs.broker.factory import connect
     from django_jobs.conf import settings_errors
 
     url = f"redis://:{password}@127.0.0.1:6379/0"

@@ -10,7 +10,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_jobs.broker.redis import RedisBroker, connect
+from django_jobs.broker.factory import connect
+from django_jobs.broker.redis import RedisBroker
 from django_jobs.conf import JobsSettings, get_settings
 from django_jobs.exceptions import BrokerUnavailable
 from django_jobs.metrics import worker as metrics_worker
