@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import select
+import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -106,6 +107,10 @@ class unavailable:  # lower case: used as the function it was, `with unavailable
             raise refused(self.url, exc, outcome=self.outcome) from None
 
 
+#: Seconds a spare connection may sit idle and still carry a call as it is: past that it is
+#: reopened first. A load balancer or NAT between us and Redis may forget an idle connection
+#: without a word (closed_by_server cannot see that), and an enqueue is never sent twice.
+SPARE_IDLE = 30.0
 #: Seconds a signal handler may spend telling Redis to end this process's blocked wait.
 UNBLOCK_TIMEOUT = 0.5
 #: Scripts that must not run twice for one call: a replayed dequeue would move a second task to
@@ -279,7 +284,7 @@ class ScriptCalls:
             conn: Any = self._own_connection()
         elif replayable:
             spares, conn = self._spare()
-            if closed_by_server(conn):
+            if closed_by_server(conn) or time.monotonic() - conn._jobs_idle_since > SPARE_IDLE:
                 conn.disconnect()  # reopened by its send
         else:
             conn = self.client.connection_pool.get_connection()
@@ -311,6 +316,7 @@ class ScriptCalls:
             raise AssertionError("unreachable")
         finally:
             if spares is not None and len(spares) < self._most:
+                conn._jobs_idle_since = time.monotonic()
                 spares.append(conn)
             elif spares is not None:
                 conn.disconnect()
@@ -329,7 +335,9 @@ class ScriptCalls:
         try:
             return spares, spares.pop()
         except IndexError:
-            return spares, self._new_connection()
+            conn = self._new_connection()
+            conn._jobs_idle_since = time.monotonic()
+            return spares, conn
 
     def _new_connection(self, **options: Any) -> Any:
         """A connection made as the pool makes its own, not counted against its limit."""

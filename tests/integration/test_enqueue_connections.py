@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 
+from django_jobs.broker import connection
 from django_jobs.broker.protocol import EnqueueRequest
 from django_jobs.client import get_broker
 from django_jobs.exceptions import BrokerUnavailable
@@ -69,6 +70,28 @@ def test_enqueue__takes_no_connection_from_the_pool_and_keeps_one(
     assert pool_gets == []
     assert others(probe) == opened
     assert probe.llen("t:{default}:pending") == 51
+
+
+def test_enqueue__a_spare_idle_past_spare_idle_is_reopened_before_its_call(
+    probe: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A load balancer or NAT between us and Redis may forget an idle connection without a word:
+    # the pre-send check cannot see it, and an enqueue is never sent twice, so a spare idle
+    # for longer than SPARE_IDLE is reopened before it carries a call.
+    now = [1000.0]
+    monkeypatch.setattr(connection.time, "monotonic", lambda: now[0])
+    assert put("a" * 32) == "pending"
+    first = others(probe)
+
+    now[0] += connection.SPARE_IDLE - 1  # idle, but not for long: the same connection
+    assert put("b" * 32) == "pending"
+    assert others(probe) == first
+
+    now[0] += connection.SPARE_IDLE + 1  # idle for long: closed, and a new one carries it
+    assert put("c" * 32) == "pending"
+    after = others(probe)
+    assert len(after) == len(first)  # the pool's, and a spare
+    assert after != first  # a new spare
 
 
 def test_enqueue__threads_at_once_open_one_connection_each_at_most_then_reuse_them(
