@@ -54,6 +54,8 @@ from bench.harness import keep_priority, pss, rss, tree, wait_until
 from bench.peers import ROOT
 
 HZ = os.sysconf("SC_CLK_TCK")
+#: The data directory of each private PostgreSQL running, by URL (for its CPU time).
+PRIVATE_DATA: dict[str, Path] = {}
 PAYLOAD_BYTES = 1024
 JOB_SECONDS = 0.4
 QUEUE = "default"
@@ -93,7 +95,9 @@ def private_postgres(max_connections: int = 400) -> Iterator[str]:
                    "-c full_page_writes=off")  # fmt: skip
         start = [_pg_bin("pg_ctl"), "-D", str(data / "db"), "-l", str(log), "-o", options, "-w"]
         subprocess.run([*as_user, *start, "start"], check=True, capture_output=True, timeout=120)
-        yield f"postgres://postgres@127.0.0.1:{port}/postgres"
+        url = f"postgres://postgres@127.0.0.1:{port}/postgres"
+        PRIVATE_DATA[url] = data
+        yield url
     except BaseException:
         with contextlib.suppress(OSError):  # what the server said, for the failure's reader
             shutil.copy(log, Path(tempfile.gettempdir()) / "bench-capacity-postgres.log")
@@ -103,6 +107,21 @@ def private_postgres(max_connections: int = 400) -> Iterator[str]:
         subprocess.run([*as_user, _pg_bin("pg_ctl"), "-D", str(data / "db"), "-m", "immediate",
                         "stop"], capture_output=True, timeout=60)  # fmt: skip
         shutil.rmtree(data, ignore_errors=True)
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(idle, all) jiffies of the whole machine since boot (/proc/stat's cpu line)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)  # idle + iowait
+
+
+def postmaster(url: str) -> int | None:
+    """The postmaster's pid of the private PostgreSQL at url; None for SQLite. Its CPU ticks
+    count the backends it reaped (cutime), so ticks(tree(it)) is the whole server's."""
+    data = PRIVATE_DATA.get(url)
+    if data is None:
+        return None
+    return int((data / "db" / "postmaster.pid").read_text().split()[0])
 
 
 def ticks(pids: set[int]) -> int:
@@ -207,7 +226,7 @@ def database(kind: str, tmp: str) -> Iterator[str]:
 
 
 def layout(
-    processes: int, concurrency: int, rate: float, seconds: float, db: str
+    processes: int, concurrency: int, rate: float, seconds: float, db: str, conn_max_age: int = 0
 ) -> dict[str, Any]:
     from django.test.utils import override_settings
 
@@ -218,9 +237,13 @@ def layout(
     data = "x" * PAYLOAD_BYTES
     with private_redis() as url, tempfile.TemporaryDirectory() as tmp, \
             database(db, tmp) as pg_url:  # fmt: skip
+        server = postmaster(pg_url)
+        workers_url = pg_url  # the workers' DATABASE_URL: with Django's persistent connections?
+        if conn_max_age and db == "postgres":
+            workers_url = f"{pg_url}?conn_max_age={conn_max_age}"  # read by django-environ
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "testproject.settings", "REDIS_URL": url,
-               "JOBS_NAMESPACE": namespace, "JOBS_LOG_LEVEL": "WARNING", "DATABASE_URL": pg_url,
-               "PYTHONUNBUFFERED": "1"}  # fmt: skip
+               "JOBS_NAMESPACE": namespace, "JOBS_LOG_LEVEL": "WARNING",
+               "DATABASE_URL": workers_url, "PYTHONUNBUFFERED": "1"}  # fmt: skip
         probe = redis.Redis.from_url(url)
         keys = QueueKeys(namespace, QUEUE)
         visits = f"{namespace}:probe:visits"
@@ -248,6 +271,7 @@ def layout(
             )
             jobs = {"REDIS_URL": url, "NAMESPACE": namespace}
             cpu0 = [ticks(tree(r)) for r in roots]
+            idle0, pg0 = machine_ticks(), (ticks(tree(server)) if server else 0)
             sampler.start()
             with override_settings(JOBS=jobs):
                 total = int(rate * seconds)
@@ -263,6 +287,7 @@ def layout(
                 sent_for = time.monotonic() - t0
                 done_at.append((sent_for, int(probe.llen(visits))))
                 cpu1 = [ticks(tree(r)) for r in roots]
+                idle1, pg1 = machine_ticks(), (ticks(tree(server)) if server else 0)
             wait_until("every job finished", lambda: probe.llen(visits) >= total, 60, poll=0.1)
             stop.set()
             sampler.join(timeout=10)
@@ -287,7 +312,9 @@ def layout(
             "redis_growth_per_s": (m1 - m0) / (m1t - m0t), "redis_bytes_per_job": (m1 - m0) / total,
             "connections_median": statistics.median(samples.connections),
             "connections_max": max(samples.connections), "exit_codes": codes,
-            "database": db, "load_before": " ".join(load_before),
+            "database": db, "conn_max_age": conn_max_age,
+            "machine_idle": (idle1[0] - idle0[0]) / max(1, idle1[1] - idle0[1]),
+            "database_cpu": (pg1 - pg0) / HZ / sent_for, "load_before": " ".join(load_before),
             "load_after": " ".join(Path("/proc/loadavg").read_text().split()[:3]),
         }  # fmt: skip
 
@@ -309,6 +336,10 @@ def show(r: dict[str, Any]) -> None:
         f"start-up {r['startup_s']:.0f} s; exit codes {sorted(set(r['exit_codes']), key=str)}; "
         f"load {r['load_before']} -> {r['load_after']}"
     )
+    print(
+        f"        machine idle {r['machine_idle']:.0%} during the offer; PostgreSQL's processes "
+        f"{r['database_cpu']:.0%} of a core (CONN_MAX_AGE {r['conn_max_age']})"
+    )
 
 
 def main() -> None:
@@ -325,6 +356,10 @@ def main() -> None:
         "--database", choices=("postgres", "sqlite"), default="postgres",
         help="a private PostgreSQL (connections from pg_stat_activity), or SQLite (connections: "
         "the worker processes' open descriptors of its file)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--conn-max-age", type=int, default=0,
+        help="the workers' CONN_MAX_AGE on PostgreSQL (0, Django's default: a connection per job)",
     )  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
@@ -344,7 +379,9 @@ def main() -> None:
     )
     for item in args.layouts.split(","):
         processes, concurrency = (int(v) for v in item.lower().split("x"))
-        result = layout(processes, concurrency, args.rate, args.seconds, args.database)
+        result = layout(
+            processes, concurrency, args.rate, args.seconds, args.database, args.conn_max_age
+        )
         show(result)
         results.append(result)
     if args.json:
