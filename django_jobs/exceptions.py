@@ -42,9 +42,14 @@ class BrokerRefused(BrokerUnavailable):
     off and tries again, as for any BrokerUnavailable.
     """
 
-    def __init__(self, message: str | None = None, *, key: str | None = None) -> None:
+    def __init__(
+        self, message: str | None = None, *, key: str | None = None, transient: bool = False
+    ) -> None:
         #: The Redis key found with the wrong type, when that was the cause.
         self.key = key
+        #: A Redis Cluster slot on the move or a failover under way: the call did not run, and
+        #: the same call may be made again in a moment (no backoff is needed).
+        self.transient = transient
         super().__init__(message)
 
 

@@ -225,7 +225,9 @@ def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
 
     A duplicate idempotency key is logged with the original's id and its row deleted (the
     original is on its way). Redis refusing the batch: each row is sent alone, and a refused
-    one is held (`hold`). BrokerUnavailable (Redis did not answer) propagates: every row stays.
+    one is held (`hold`), but for a Cluster slot on the move (a transient refusal: the row is
+    due again at the next tick, no attempt counted). BrokerUnavailable (Redis did not answer)
+    propagates: every row stays.
     """
     if not rows:
         return Relayed()
@@ -239,7 +241,10 @@ def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
             try:
                 answers += broker.enqueue([request])
             except BrokerRefused as exc:
-                hold(row, f"Redis refused it: {exc}", using)
+                if exc.transient:  # a Cluster slot on the move: due again at the next tick
+                    OutboxJob.objects.using(using).filter(pk=row.pk).update(retry_at=None)
+                else:
+                    hold(row, f"Redis refused it: {exc}", using)
                 answers.append(None)
     done, duplicates = [], 0
     for row, accepted in zip(rows, answers, strict=True):

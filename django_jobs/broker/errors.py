@@ -62,7 +62,8 @@ def refused(url: str, exc: ResponseError, *, outcome: str = NOTHING_CHANGED) -> 
     if isinstance(exc, MOVING):  # left after the call's budget (cluster.ClusterWire)
         return BrokerRefused(
             f"Redis Cluster at {url} is moving a slot or failing over ({text}): {outcome}. "
-            f"Retry in a moment."
+            f"Retry in a moment.",
+            transient=True,
         )
     if text.startswith(f"{WRONG_KEY} "):
         kind, expected, key = text[len(WRONG_KEY) + 1 :].split(" ", 2)

@@ -347,3 +347,27 @@ def test_outbox__a_relay_stopping_gives_back_the_sqlite_lease(
     assert second._lease(connection.alias)  # at once, not LEASE seconds later
     first.stop()  # not the holder: changes nothing
     assert OutboxRelay.objects.get().holder == "w-2"
+
+
+def test_outbox__a_cluster_slot_on_the_move_is_tried_again_at_the_next_tick(
+    redis_ns: RedisNamespace, no_fast_path: None
+) -> None:
+    """TRYAGAIN after the call's budget: the call did not run, and a slot moves in seconds. The
+    row is not held with a backoff and an attempt counted, as for a refusal; the next relay
+    tick sends it."""
+    from tests.integration.test_enqueue_resend import MovingWire
+
+    handle = Count.enqueue(Tag("moving"), outbox=True)
+    broker = get_broker()
+    broker.wire = MovingWire()  # type: ignore[assignment]
+    try:
+        relay().relay(connection.alias)
+    finally:
+        broker.wire = None
+    row = OutboxJob.objects.get()
+    assert (row.attempts, row.last_error) == (0, "")
+    assert row.retry_at is None or row.retry_at <= timezone.now()
+
+    relay().relay(connection.alias)  # the slot has moved: the next tick sends it
+    assert not OutboxJob.objects.exists()
+    assert [o.task_id for o in run_burst()] == [handle.id]
