@@ -16,19 +16,24 @@ import json
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
-from django.urls import reverse
+from django.contrib import admin
+from django.urls import resolve, reverse
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from django_jobs.admin.listing import MAX_INPUT
+from django_jobs.admin.pages import JobsAdmin
 from django_jobs.client import get_broker
 from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import worker, workers
 from django_jobs.message import Message, encode
+from testproject.shop.flows import Wait, WaitFlow
 from tests.conftest import RedisNamespace
 from tests.integration.test_admin import (
     Fails,
@@ -39,6 +44,7 @@ from tests.integration.test_admin import (
     queue_url,
     task_url,
 )
+from tests.integration.test_admin_flows import RUNS, drain, run_url
 from tests.integration.test_admin_schedules import SyncAccounts, schedule_url
 from tests.redis_state import redis_now, snapshot
 
@@ -137,13 +143,23 @@ def test_escaping__every_page_shows_hostile_text_escaped(
 
 # -- every action, every kind of staff user -------------------------------------------------
 
+
+@dataclass(frozen=True)
+class Target:
+    """What an action acts on: a task (dead, or waiting for the cancels) and a flow run."""
+
+    task: str
+    call: str
+
+
 #: (name, method, url, form, the permission it needs: "view", "change" or "delete").
-Action = tuple[str, str, Callable[[str], str], dict[str, Any], str]
+Action = tuple[str, str, Callable[[Target], str], dict[str, Any], str]
 ACTIONS: list[Action] = [
-    ("task page", "get", lambda t: task_url(t), {}, "view"),
-    ("task retry", "post", lambda t: task_url(t, action="retry"), {}, "change"),
-    ("task delete, asked", "get", lambda t: task_url(t, action="delete"), {}, "delete"),
-    ("task delete", "post", lambda t: task_url(t, action="delete"), {"state": "dead"}, "delete"),
+    ("task page", "get", lambda t: task_url(t.task), {}, "view"),
+    ("task retry", "post", lambda t: task_url(t.task, action="retry"), {}, "change"),
+    ("task delete, asked", "get", lambda t: task_url(t.task, action="delete"), {}, "delete"),
+    ("task delete", "post", lambda t: task_url(t.task, action="delete"), {"state": "dead"},
+     "delete"),
     ("retry ticked", "post", lambda t: f"{TASKS}?queue=default&state=dead",
      {"action": "retry_selected", "_selected_action": "{t}"}, "change"),
     ("delete ticked, asked", "post", lambda t: f"{TASKS}?queue=default&state=dead",
@@ -160,7 +176,35 @@ ACTIONS: list[Action] = [
     ("schedule run", "post", lambda t: schedule_url("sync", "run"), {}, "change"),
     ("schedule pause", "post", lambda t: schedule_url("sync", "pause"), {}, "change"),
     ("schedule resume", "post", lambda t: schedule_url("sync", "resume"), {}, "change"),
+    # The pages, each a look (view_task, or change_task which implies it).
+    ("queues", "get", lambda t: QUEUES, {}, "view"),
+    ("tasks list", "get", lambda t: f"{TASKS}?queue=default&state=dead", {}, "view"),
+    ("workers", "get", lambda t: WORKERS, {}, "view"),
+    ("schedules", "get", lambda t: SCHEDULES, {}, "view"),
+    ("schedule page", "get", lambda t: schedule_url("sync"), {}, "view"),
+    # The cancels act on a waiting task (a refused one must leave it waiting).
+    ("task cancel", "post", lambda t: task_url(t.task, action="cancel"), {}, "change"),
+    ("cancel ticked", "post", lambda t: f"{TASKS}?queue=default&state=scheduled",
+     {"action": "cancel_selected", "_selected_action": "{t}"}, "change"),
+    # A flow run waiting for a signal.
+    ("flow runs", "get", lambda t: RUNS, {}, "view"),
+    ("flow run page", "get", lambda t: run_url(t.call), {}, "view"),
+    ("flow cancel", "post", lambda t: run_url(t.call, "cancel"), {}, "change"),
+    ("flow signal", "post", lambda t: run_url(t.call, "signal"), {"name": "go"}, "change"),
 ]  # fmt: skip
+
+
+def target_for(name: str) -> Target:
+    """A dead task; a waiting one for the task cancels; and a flow run for the flow actions."""
+    waiting = name in ("task cancel", "cancel ticked")
+    task = Fails.enqueue(Note("later"), delay=60).id if waiting else dead_task()
+    if not name.startswith("flow"):
+        return Target(task, "c" * 32)
+    call = WaitFlow.start(Wait())
+    drain()
+    return Target(task, call)
+
+
 #: Kinds of staff user by the permissions they hold.
 KINDS = {
     "none": (),
@@ -180,13 +224,13 @@ def test_permissions__every_action_needs_its_permission(
     redis_ns: RedisNamespace, insp: Inspector, kind: str, action: Action
 ) -> None:
     name, method, url, form, needs = action
-    task_id = dead_task()
+    target = target_for(name)
     client = login(make_user(f"u-{kind}", *KINDS[kind]))
-    data = {k: task_id if v == "{t}" else v for k, v in form.items()}
+    data = {k: target.task if v == "{t}" else v for k, v in form.items()}
     now = redis_now(redis_ns.client)  # both read against one clock: a slow request moves nothing
     before = snapshot(redis_ns, now)
 
-    response = getattr(client, method)(url(task_id), data)
+    response = getattr(client, method)(url(target), data)
 
     allowed = bool(GRANTS[needs] & set(KINDS[kind]))
     if allowed:
@@ -194,6 +238,29 @@ def test_permissions__every_action_needs_its_permission(
     else:
         assert response.status_code == 403, (name, kind)
         assert snapshot(redis_ns, now) == before, (name, kind)
+
+
+def admin_routes() -> set[str]:
+    """The URL name of every page and action of the Jobs section (each JobsAdmin's routes)."""
+    return {
+        f"django_jobs_{model.__name__.lower()}_{name}"
+        for model, model_admin in admin.site._registry.items()
+        if isinstance(model_admin, JobsAdmin)
+        for _route, _view, name in model_admin.routes()
+    }
+
+
+def test_permissions__the_matrix_covers_every_page_action_and_bulk_action(
+    redis_ns: RedisNamespace, insp: Inspector
+) -> None:
+    target = Target(dead_task(), "c" * 32)
+    covered = {resolve(urlsplit(url(target)).path).url_name for _n, _m, url, _f, _p in ACTIONS}
+    assert covered == admin_routes()
+    page = login(make_user("root", superuser=True)).get(TASKS, {"state": "dead"})
+    offered = set(re.findall(r'<option value="(\w+_selected)"', page.content.decode()))
+    ticked = {form["action"] for _n, _m, _u, form, _p in ACTIONS if "action" in form}
+    assert offered
+    assert ticked == offered
 
 
 def test_csrf__every_form_of_every_page_carries_the_token(
