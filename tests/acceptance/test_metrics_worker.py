@@ -6,11 +6,22 @@ from __future__ import annotations
 import re
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from testproject.probes.jobs import Chaos, ChaosWork, CrashOnce, HoldGil, Noop, Number, Work
-from tests.acceptance.conftest import Worker
+from testproject.probes.async_jobs import AsyncInterrupted, AsyncSleep
+from testproject.probes.jobs import (
+    Cancelable,
+    Chaos,
+    ChaosWork,
+    CrashOnce,
+    HoldGil,
+    Noop,
+    Number,
+    Work,
+)
+from tests.acceptance.conftest import Worker, started
 from tests.conftest import RedisNamespace, wait_until
 from tests.metrics_scrape import samples, value
 
@@ -54,3 +65,64 @@ def test_runworker_metrics_port_sums_its_children(
     assert value(got, "django_jobs_start_latency_seconds_count", job=Noop.name, **q) == 20
     assert value(got, "django_jobs_slots_total") == 2
     assert value(got, "django_jobs_slots_busy") == 0
+
+
+def test_runworker_metrics_port__slots_busy_while_runs_go_on_and_cancels_counted(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given a worker of two prefork children, both running a job that waits to be canceled (one
+    # returns when it is, the other ignores it: its child is killed after CANCEL_GRACE)
+    handles = Cancelable.enqueue_many([Work("return-a"), Work("ignore-b")])
+    worker.start("--concurrency", "2", "--metrics-port", "0", CANCEL_GRACE=1)
+    started(redis_ns, "return-a")
+    started(redis_ns, "ignore-b")
+
+    # Then the endpoint says both slots are busy
+    got = wait_until(lambda: busy(worker, 2), timeout=10, why=worker.output)
+    assert value(got, "django_jobs_slots_total") == 2
+
+    # When both are canceled, both are counted canceled (not failed) and the slots are idle
+    for handle in handles:
+        handle.cancel()
+    got = wait_until(lambda: counted(worker, "canceled", Cancelable.name, 2), timeout=20,
+                     why=worker.output)  # fmt: skip
+    assert value(got, "django_jobs_failed_total", job=Cancelable.name, queue="default") == 0
+    wait_until(lambda: busy(worker, 0), timeout=10, why=worker.output)
+
+
+def test_runworker_metrics_port__an_async_child_counts_each_run_and_its_slots(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given one async child of 4 slots: 3 runs awaiting their cancel, 5 short ones beside them
+    waiting = AsyncInterrupted.enqueue_many([Work(f"return-{i}") for i in range(3)])
+    AsyncSleep.enqueue_many([Work(f"s{i}", seconds=0.05) for i in range(5)])
+    worker.start("--concurrency", "1", "--async-concurrency", "4", "--metrics-port", "0")
+
+    # Then the short runs are counted as each run is in a prefork child, and 3 of 4 slots busy
+    got = wait_until(lambda: counted(worker, "completed", AsyncSleep.name, 5), timeout=20,
+                     why=worker.output)  # fmt: skip
+    q = {"job": AsyncSleep.name, "queue": "default"}
+    assert value(got, "django_jobs_run_seconds_count", **q) == 5
+    assert value(got, "django_jobs_start_latency_seconds_count", **q) == 5
+    assert value(got, "django_jobs_slots_total") == 4
+    wait_until(lambda: busy(worker, 3), timeout=10, why=worker.output)
+
+    # When the 3 are canceled, each is counted canceled and its slot is idle again
+    for handle in waiting:
+        handle.cancel()
+    wait_until(lambda: counted(worker, "canceled", AsyncInterrupted.name, 3), timeout=20,
+               why=worker.output)  # fmt: skip
+    wait_until(lambda: busy(worker, 0), timeout=10, why=worker.output)
+
+
+def busy(worker: Worker, slots: int) -> Any:
+    """The scrape, once django_jobs_slots_busy is slots (else None)."""
+    got = scrape(worker) if "Metrics on" in worker.output() else {}
+    return got if got and value(got, "django_jobs_slots_busy") == slots else None
+
+
+def counted(worker: Worker, outcome: str, job: str, runs: int) -> Any:
+    """The scrape, once django_jobs_<outcome>_total of job on default is runs (else None)."""
+    got = scrape(worker) if "Metrics on" in worker.output() else {}
+    done = value(got, f"django_jobs_{outcome}_total", job=job, queue="default")
+    return got if done == runs else None

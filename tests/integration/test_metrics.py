@@ -12,11 +12,13 @@ from django.test import Client
 from django.urls import include, path
 from prometheus_client import CollectorRegistry, generate_latest
 
+import django_jobs
+from django_jobs.client import get_broker
 from django_jobs.metrics import hook
 from django_jobs.metrics.worker import PrometheusRecorder
 from django_jobs.testing import run_burst
 from testproject.probes.jobs import Chaos, ChaosWork, Noop, Number
-from tests.conftest import RedisNamespace
+from tests.conftest import RedisNamespace, RedisServer
 from tests.metrics_scrape import samples, value
 
 urlpatterns = [path("jobs/", include("django_jobs.metrics.urls"))]
@@ -118,3 +120,54 @@ def test_view_without_redis_is_a_503_saying_why(
     response = client.get("/jobs/metrics")
     assert response.status_code == 503
     assert b"REDIS_URL" in response.content
+
+
+def test_view_serves_retry_active_and_canceled_depths(
+    redis_ns: RedisNamespace, metrics_urls: None, client: Client, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("CHAOS_LOG_DIR", str(tmp_path))
+    Chaos.enqueue(ChaosWork(1, fail="raise"), max_attempts=3)  # failed once: retry, not due yet
+    run_burst()
+    django_jobs.cancel(Noop.enqueue(Number(1)).id)  # canceled
+    Noop.enqueue(Number(2), queue="low")
+    assert get_broker().dequeue(["low"]) is not None  # running: active
+    client.force_login(User.objects.create_user("ops", password="x", is_staff=True))
+
+    got = samples(client.get("/jobs/metrics").content.decode())
+
+    def depth(queue: str, state: str) -> float:
+        return value(got, "django_jobs_queue_tasks", queue=queue, state=state)
+
+    assert (depth("default", "retry"), depth("default", "canceled")) == (1, 1)
+    assert (depth("default", "pending"), depth("default", "active")) == (0, 0)
+    assert (depth("low", "active"), depth("low", "pending")) == (1, 0)
+    assert value(got, "django_jobs_queue_paused", queue="low") == 0
+
+
+def test_view_reads_counts_only_the_same_commands_for_10_tasks_or_200(
+    private_redis: RedisServer, settings: Any, metrics_urls: None, client: Client
+) -> None:
+    """No scan of keys: a scrape costs Redis a fixed set of commands (those the scripts call
+    included), whatever the number of tasks."""
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url, "NAMESPACE": "scrape"}
+    redis = private_redis.client()
+    client.force_login(User.objects.create_user("ops", password="x", is_staff=True))
+
+    def scrape_commands(tasks: int) -> dict[str, int]:
+        Noop.enqueue_many([Number(i) for i in range(tasks)])
+        Noop.enqueue_many([Number(i) for i in range(tasks)], delay=3600)
+        before = redis.info("commandstats")
+        assert client.get("/jobs/metrics").status_code == 200
+        after = redis.info("commandstats")
+        return {
+            name: stats["calls"] - before.get(name, {"calls": 0})["calls"]
+            for name, stats in after.items()
+            if name != "cmdstat_info" and stats["calls"] != before.get(name, {"calls": 0})["calls"]
+        }
+
+    scrape_commands(1)  # the connection made, any script loaded
+    few, many = scrape_commands(10), scrape_commands(200)
+
+    assert few == many
+    assert not {"cmdstat_scan", "cmdstat_keys", "cmdstat_lrange", "cmdstat_zrange"} & set(many)
