@@ -8,6 +8,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -15,8 +16,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from django_jobs import tracing
-from testproject.probes.jobs import Noop, Number
-from tests.acceptance.conftest import Worker
+from testproject.probes.async_jobs import AsyncSleep
+from testproject.probes.jobs import Noop, Number, Work
+from tests.acceptance.conftest import Worker, probe
 from tests.conftest import RedisNamespace, wait_until
 
 SITECUSTOMIZE = """
@@ -72,3 +74,35 @@ def test_runworker_continues_the_trace_of_the_enqueue(
     run = wait_until(run_span, timeout=30, why=worker.output)
     assert run["context"]["trace_id"] == f"0x{enqueue.context.trace_id:032x}"  # type: ignore[index]
     assert run["parent_id"] == f"0x{enqueue.context.span_id:016x}"
+
+
+def test_runworker_async_child_continues_each_runs_own_trace(
+    worker: Worker, redis_ns: RedisNamespace, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, traced: InMemorySpanExporter,
+) -> None:  # fmt: skip
+    # Given two async tasks enqueued under two traces, run at once by one async child
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    spans_file = tmp_path / "spans.jsonl"
+    monkeypatch.setenv("SPANS_FILE", str(spans_file))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    handles = [AsyncSleep.enqueue(Work(f"t{i}", seconds=0.3)) for i in range(2)]
+    enqueues = dict(zip([h.id for h in handles], traced.get_finished_spans(), strict=True))
+
+    worker.start("--concurrency", "1", "--async-concurrency", "4")
+
+    def run_spans() -> list[dict[str, Any]] | None:
+        found = [s for s in spans(spans_file) if s["name"] == f"run {AsyncSleep.name}"]
+        return found if len(found) == 2 else None
+
+    # Then each run's span is the child of its own task's enqueue span, not of the other's
+    for run in wait_until(run_spans, timeout=30, why=worker.output):
+        enqueue = enqueues[run["attributes"]["django_jobs.task_id"]]
+        assert enqueue.context is not None
+        assert run["context"]["trace_id"] == f"0x{enqueue.context.trace_id:032x}"
+        assert run["parent_id"] == f"0x{enqueue.context.span_id:016x}"
+    raw = redis_ns.client.lrange(probe(redis_ns, "spans"), 0, -1)
+    listed = [(x.decode() if isinstance(x, bytes) else x).split() for x in raw]
+    (_, ended_0), (begun_1, _) = sorted((float(b), float(e)) for _, b, e, _ in listed)
+    assert begun_1 < ended_0  # they overlapped: one loop, two contexts
