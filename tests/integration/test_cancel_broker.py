@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from django_jobs import Job
 from django_jobs.broker.protocol import Cancellation, CancelOutcome, Renewal
 from django_jobs.client import get_broker
 from django_jobs.exceptions import BrokerRefused
@@ -28,10 +29,20 @@ from tests.integration.test_broker import (
     request,
     task,
 )
+from tests.integration.test_inspector import Note
 from tests.redis_state import UNCHANGED, q, redis_now, snapshot, t
 
 #: The default retention (JOBS["RETENTION"]): the seeds' messages carry none.
 DAY = 86400
+
+
+class KeptBriefly(Job[Note]):
+    """A job type that keeps its ended tasks 5 minutes (its class's retention)."""
+
+    retention = 300
+
+    def run(self, payload: Note) -> None:
+        pass
 
 
 def canceled_a(was: str, **fields: Any) -> dict[str, Any]:
@@ -298,3 +309,20 @@ def test_retry__a_replay_after_the_run_was_canceled_instead_answers_written(
     assert broker.retry(delivery, 0, "Boom", "") is True
 
     assert snapshot(redis_ns, now) == after
+
+
+def test_cancel__keeps_the_retention_its_job_type_declares(redis_ns: RedisNamespace) -> None:
+    """Per job type retention (issue 21): a class's `retention` is what its canceled task is
+    kept for, without an enqueue option; another job type keeps the default."""
+    from tests.integration.test_inspector import Noop
+
+    brief = KeptBriefly.enqueue(Note("brief"), delay=3600)
+    usual = Noop.enqueue(Note("usual"), delay=3600)
+
+    assert brief.cancel() is CancelOutcome.CANCELED
+    assert usual.cancel() is CancelOutcome.CANCELED
+
+    snap = snapshot(redis_ns)
+    assert sorted(snap[q("canceled")][1]) == sorted(
+        [(brief.id, "now+300"), (usual.id, f"now+{DAY}")]
+    )

@@ -416,3 +416,41 @@ def test_a_reader_that_left__exit_1_without_a_traceback(redis_ns: RedisNamespace
         call_command("jobs", "stats", stdout=Gone(), stderr=err)
     assert exited.value.code == 1
     assert err.getvalue() == ""
+
+
+def test_pause_and_resume__each_as_text_and_as_json(redis_ns: RedisNamespace) -> None:
+    assert jobs("pause", "low")[0] == (
+        "Queue low is paused: workers take no new task from it until resumed.\n"
+    )
+    assert jobs_json("resume", "low") == {"queue": "low", "paused": False}
+    assert not any(q.paused for q in get_inspector().queues())
+
+
+def test_purge__asks_on_a_terminal_no_keeps_yes_deletes(redis_ns: RedisNamespace) -> None:
+    Noop.enqueue_many([Note("a"), Note("b")])
+
+    with pytest.raises(CommandError, match="Not confirmed: nothing was changed"):
+        jobs("purge", "pending", stdin=Terminal("n\n"))
+    assert depths(get_inspector())["pending"] == 2
+    out, err = jobs("purge", "pending", "--queue", "default", stdin=Terminal("yes\n"))
+
+    assert err.startswith("Delete all 2 pending tasks of queue default? ")
+    assert "released. [y/N] " in err
+    assert out == "Deleted 2 pending tasks of queue default.\n"
+    assert depths(get_inspector())["pending"] == 0
+
+
+def test_retry_all_dead__asks_on_a_terminal_and_says_what_it_did(
+    redis_ns: RedisNamespace,
+) -> None:
+    first, _second = dead(2)
+    assert jobs("retry", first)[0] == "Retried: 1 task.\n"
+
+    with pytest.raises(CommandError, match="Not confirmed: nothing was changed"):
+        jobs("retry", "--all-dead", stdin=Terminal("\n"))
+    out, err = jobs("retry", "--all-dead", stdin=Terminal("y\n"))
+
+    assert err.startswith("Run all 1 dead task of ")
+    assert "[y/N] " in err
+    assert out.startswith("Retried 1 dead task")
+    assert depths(get_inspector())["pending"] == 2
