@@ -5,6 +5,9 @@
   apply). Its history lives in Django's default cache, as DRF's throttles keep theirs, under a
   key of the user (or the client's address, before sign-in) and the JOBS namespace, so that two
   projects on one cache do not share a budget. Past the rate: 429, with a Retry-After header.
+  A request whose sign-in failed (a wrong token, or no credentials) never reaches the throttles
+  (DRF refuses it first), so those are counted apart, at the same rate per client address
+  (RefusedSignInThrottle): guessing tokens or flooding without any is throttled too.
 - **Body**: no endpoint takes more than MAX_BODY bytes (DATA_UPLOAD_MAX_MEMORY_SIZE if
   smaller); a longer Content-Length is answered 413 before the body is read or anyone signs in.
 """
@@ -16,7 +19,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import status
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, AuthenticationFailed, NotAuthenticated
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 from rest_framework.views import APIView
@@ -24,7 +27,14 @@ from rest_framework.views import APIView
 from django_jobs.api.serializers import ErrorSerializer
 from django_jobs.conf import get_settings
 
-__all__ = ["MAX_BODY", "RESPONSES", "JobsRateThrottle", "Limited", "TooLarge"]
+__all__ = [
+    "MAX_BODY",
+    "RESPONSES",
+    "JobsRateThrottle",
+    "Limited",
+    "RefusedSignInThrottle",
+    "TooLarge",
+]
 
 #: Most bytes of a request body the API reads (a flow's signal value is the largest there is).
 MAX_BODY = 1024 * 1024
@@ -59,6 +69,16 @@ class JobsRateThrottle(SimpleRateThrottle):
         return f"throttle_{self.scope}_{get_settings().namespace}_{ident}"
 
 
+class RefusedSignInThrottle(JobsRateThrottle):
+    """The same rate per client address, for requests whose sign-in failed (see the module):
+    keyed by the address alone, never by request.user (reading it would sign in again)."""
+
+    scope = "django_jobs_refused"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str:
+        return f"throttle_{self.scope}_{get_settings().namespace}_{self.get_ident(request)}"
+
+
 class Limited(APIView):
     """An API view refusing large bodies first, and throttled by JobsRateThrottle."""
 
@@ -72,7 +92,13 @@ class Limited(APIView):
             raise TooLarge(
                 f"The request body is {length:,} bytes; the jobs API reads {limit:,} at most."
             )
-        super().initial(request, *args, **kwargs)
+        try:
+            super().initial(request, *args, **kwargs)
+        except (AuthenticationFailed, NotAuthenticated):
+            refused = RefusedSignInThrottle()
+            if not refused.allow_request(request, self):
+                self.throttled(request, refused.wait() or 1.0)
+            raise
 
     def get_throttles(self) -> list[BaseThrottle]:
         return [*super().get_throttles(), JobsRateThrottle()]

@@ -128,3 +128,21 @@ def test_body__the_admin_refuses_ten_mb_forms(redis_ns: RedisNamespace) -> None:
     (task,) = get_inspector().broker.task_infos("default", [task_id])
     assert task is not None
     assert task.state == State.DEAD
+
+
+def test_throttle__refused_sign_ins_are_throttled_per_address(rate: None) -> None:
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
+    nobody = APIClient()
+    elsewhere = APIClient(REMOTE_ADDR="10.9.8.7")
+    elsewhere.credentials(HTTP_AUTHORIZATION="Token " + "1" * 40)
+
+    codes = [wrong.get(BASE).status_code for _ in range(3)]
+    refused = wrong.get(BASE)
+
+    assert set(codes) <= {401, 403}
+    assert refused.status_code == 429
+    assert int(refused["Retry-After"]) > 0
+    assert nobody.get(BASE).status_code == 429  # one address: guesses and no credentials alike
+    assert elsewhere.get(BASE).status_code in (401, 403)  # a budget of its own
+    assert token_client("ada").get(BASE).status_code == 200  # a signed-in user's is apart
