@@ -8,12 +8,15 @@ import pytest
 from django.contrib.auth.models import AbstractUser
 from rest_framework.test import APIClient
 
+from django_jobs.api import flow_urls
 from django_jobs.conf import get_settings
 from django_jobs.flows import get_run
 from django_jobs.testing import run_burst
 from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
 from tests.conftest import RedisNamespace, free_port
 from tests.integration.test_api import make_user
+from tests.integration.test_api_permissions import api_routes, handled_methods
+from tests.redis_state import redis_now, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -152,3 +155,65 @@ def test_signal__under_the_outbox_and_atomic_requests_still_answers_409(
         assert again.status_code == 409
     finally:
         settings.DATABASES["default"]["ATOMIC_REQUESTS"] = False
+
+
+# -- every flows endpoint and method, every kind of staff user ------------------------------
+
+#: Kinds of staff user by the permissions they hold.
+KINDS = {
+    "none": (),
+    "view": ("view_task",),
+    "change": ("change_task",),
+    "delete": ("delete_task",),
+    "view+delete": ("view_task", "delete_task"),
+    "all": ("view_task", "change_task", "delete_task"),
+}
+#: Who may: a look needs view_task (or change_task, which implies it), a change change_task.
+GRANTS = {"view": {"view_task", "change_task"}, "change": {"change_task"}}
+#: (method, route as flow_urls writes it) -> the permission it needs; OPTIONS describes an
+#: endpoint: who may look may ask.
+FLOW_ENDPOINTS = {
+    **{(m, r): "view" for r in ("", "/<str:call_id>") for m in ("get", "head")},
+    **{
+        ("options", r): "view"
+        for r in ("", "/<str:call_id>", "/<str:call_id>/cancel", "/<str:call_id>/signal")
+    },
+    ("post", "/<str:call_id>/cancel"): "change",
+    ("post", "/<str:call_id>/signal"): "change",
+}
+
+
+def test_flow_matrix__covers_every_endpoint_and_method() -> None:
+    expected = {
+        (method, route)
+        for route, view in api_routes(flow_urls.urlpatterns)
+        for method in handled_methods(view)
+    }
+
+    assert set(FLOW_ENDPOINTS) == expected
+
+
+@pytest.mark.parametrize("endpoint", FLOW_ENDPOINTS, ids=lambda e: f"{e[0].upper()} {e[1]}")
+@pytest.mark.parametrize("kind", KINDS)
+def test_flow_matrix__every_endpoint_needs_its_permission(
+    redis_ns: RedisNamespace, kind: str, endpoint: tuple[str, str]
+) -> None:
+    method, route = endpoint
+    call = WaitFlow.start(Wait())
+    drain()
+    client = client_of(make_user(f"u-{kind}", staff=True, perms=KINDS[kind]))
+    now = redis_now(redis_ns.client)  # both read against one clock
+    before = snapshot(redis_ns, now)
+    data = {"name": "go", "value": 1} if route.endswith("signal") else None
+
+    response = getattr(client, method)(BASE + route.replace("<str:call_id>", call), data,
+                                       format="json")  # fmt: skip
+
+    if GRANTS[FLOW_ENDPOINTS[endpoint]] & set(KINDS[kind]):
+        assert response.status_code == 200, response.content
+        if method == "post" and route.endswith("cancel"):
+            assert get_run(call).status == "canceled"  # type: ignore[union-attr]
+    else:
+        assert response.status_code == 403, response.content
+        assert snapshot(redis_ns, now) == before
+        assert get_run(call).status == "waiting"  # type: ignore[union-attr]

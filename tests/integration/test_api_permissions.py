@@ -365,8 +365,9 @@ ENDPOINTS = [
 ]
 
 
-def api_routes() -> Iterator[tuple[str, type[APIView]]]:
-    """(route, view class) of every URL pattern of the API, routes as in ENDPOINTS."""
+def api_routes(patterns: list[Any] = urls.urlpatterns) -> Iterator[tuple[str, type[APIView]]]:
+    """(route, view class) of every URL pattern of the API (or of `patterns`), routes as in
+    ENDPOINTS."""
 
     def walk(patterns: list[Any], prefix: str) -> Iterator[tuple[str, type[APIView]]]:
         for pattern in patterns:
@@ -377,7 +378,7 @@ def api_routes() -> Iterator[tuple[str, type[APIView]]]:
                 assert isinstance(pattern, URLPattern)
                 yield route, pattern.callback.view_class  # type: ignore[attr-defined]
 
-    yield from walk(urls.urlpatterns, "")
+    yield from walk(patterns, "")
 
 
 def handled_methods(view: type[APIView]) -> set[str]:
