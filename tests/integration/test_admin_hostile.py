@@ -268,17 +268,22 @@ def test_csrf__every_form_of_every_page_carries_the_token(
 ) -> None:
     ours, _theirs = hostile_records(redis_ns)
     Fails.enqueue(Note("later"), delay=60)
+    call = WaitFlow.start(Wait())  # its page has two forms of its own: cancel and signal
+    drain()
     client = login(make_user("root", superuser=True), enforce_csrf_checks=True)
     pages = [QUEUES, f"{TASKS}?state=dead", f"{TASKS}?state=dead&queue=default", task_url(ours),
              task_url(ours, action="delete"), queue_url("delete_all_dead"),
-             queue_url("retry_all_dead"), SCHEDULES, schedule_url("sync"), WORKERS]  # fmt: skip
-    forms = 0
+             queue_url("retry_all_dead"), SCHEDULES, schedule_url("sync"), WORKERS, RUNS,
+             run_url(call)]  # fmt: skip
+    forms = {}
     for page in pages:
         body = client.get(page).content.decode()
-        for form in re.findall(r"<form[^>]*method=\"post\"[^>]*>(.*?)</form>", body, re.S | re.I):
-            forms += 1
+        found = re.findall(r"<form[^>]*method=\"post\"[^>]*>(.*?)</form>", body, re.S | re.I)
+        forms[page] = len(found)
+        for form in found:
             assert 'name="csrfmiddlewaretoken"' in form, page
-    assert forms >= 8
+    assert sum(forms.values()) >= 10
+    assert forms[run_url(call)] == forms[WORKERS] + 2  # the header's (log out) and its two
 
 
 # -- the list's query string under a fuzzer --------------------------------------------------
