@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 
 from django_jobs.client import get_broker
 from django_jobs.message import Message, encode
+from django_jobs.worker.banner import banner
 from tests.conftest import RedisNamespace, RedisServer, free_port
 
 pytestmark = pytest.mark.django_db
@@ -33,18 +34,25 @@ ADMIN_GETS = [
     reverse("admin:django_jobs_worker_changelist"),
     reverse("admin:django_jobs_schedule_changelist"),
     reverse("admin:django_jobs_queue_delete_all_dead", args=["default"]),
+    reverse("admin:django_jobs_flowrun_changelist"),
+    reverse("admin:django_jobs_flowrun_change", args=["run-1"]),
 ]
 ADMIN_POSTS = [
     reverse("admin:django_jobs_queue_pause", args=["default"]),
     reverse("admin:django_jobs_task_retry", args=["default", TASK_ID]),
     reverse("admin:django_jobs_task_delete", args=["default", TASK_ID]),
     reverse("admin:django_jobs_queue_delete_all_dead", args=["default"]),
+    reverse("admin:django_jobs_task_cancel", args=["default", TASK_ID]),
+    reverse("admin:django_jobs_flowrun_cancel", args=["run-1"]),
 ]
 API_CALLS = [
     ("get", ""), ("get", "/failed"), ("get", "/tasks?state=dead"), ("get", f"/{TASK_ID}"),
     ("get", "/schedules"), ("post", f"/{TASK_ID}/retry"), ("delete", f"/{TASK_ID}"),
     ("post", "/queues/default/pause"), ("delete", "/queues/default/dead"),
+    ("post", f"/{TASK_ID}/cancel"),
 ]  # fmt: skip
+FLOWS_API = "/api/v1/admin/flows"
+FLOWS_API_CALLS = [("get", ""), ("get", "/run-1"), ("post", "/run-1/cancel")]
 
 
 @pytest.fixture
@@ -84,9 +92,11 @@ def test_secret__not_on_any_page_answer_or_log_line(
     for url in ADMIN_POSTS:
         response = admin.post(url, {"state": "dead", "post": "yes"})
         texts += [str(m) for m in get_messages(response.wsgi_request)]
-    for method, path in API_CALLS:
+    calls = [(m, f"{API}{p}") for m, p in API_CALLS]
+    calls += [(m, f"{FLOWS_API}{p}") for m, p in FLOWS_API_CALLS]
+    for method, path in calls:
         for accept in ("application/json", "text/html"):
-            response = getattr(api, method)(f"{API}{path}", HTTP_ACCEPT=accept)
+            response = getattr(api, method)(path, HTTP_ACCEPT=accept)
             assert response.status_code in (200, 400, 404, 503), (method, path)
             texts.append(response.content.decode())
 
@@ -120,3 +130,10 @@ def test_browsable_api__shows_hostile_task_data_escaped(redis_ns: RedisNamespace
         body = response.content.decode()
         assert "<script>alert" not in body, path
         assert "&lt;script&gt;" in body, path
+
+
+def test_secret__not_in_the_worker_banner(unreachable: str) -> None:
+    lines = banner(get_broker(), ["default"], 2)
+
+    assert "***" in lines[0]
+    assert all(SECRET not in line for line in lines)
