@@ -26,6 +26,7 @@ from django.urls import resolve, reverse
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
+from rest_framework.test import APIClient
 
 from django_jobs.admin.listing import MAX_INPUT
 from django_jobs.admin.pages import JobsAdmin
@@ -34,7 +35,7 @@ from django_jobs.inspector import Inspector, get_inspector
 from django_jobs.keys import worker, workers
 from django_jobs.message import Message, encode
 from testproject.shop.flows import Wait, WaitFlow
-from tests.conftest import RedisNamespace
+from tests.conftest import RedisNamespace, RedisServer
 from tests.integration.test_admin import (
     Fails,
     Note,
@@ -333,3 +334,38 @@ def test_search__a_huge_search_is_cut_to_max_input(
     assert response.status_code == 200
     assert response.context["listing"].query == "k" * MAX_INPUT
     assert response.context["listing"].job == "j" * MAX_INPUT
+
+
+def test_search__no_page_or_api_read_runs_scan_or_keys(
+    private_redis: RedisServer, settings: Any
+) -> None:
+    schedule = {"sync": {"job": SyncAccounts.name, "every": 30}}
+    settings.JOBS = {**settings.JOBS, "REDIS_URL": private_redis.url, "NAMESPACE": "noscan",
+                     "SCHEDULE": schedule}  # fmt: skip
+    ours = dead_task(SCRIPT)
+    Fails.enqueue(Note("later"), delay=60)
+    call = WaitFlow.start(Wait())
+    drain()
+    admin_client = login(make_user("root", superuser=True))
+    api = APIClient()
+    api.force_authenticate(make_user("api-root", superuser=True))
+    redis = private_redis.client()
+    redis.config_resetstat()
+
+    searches = [{"state": s, "q": "key-", "job": Fails.name} for s in ("dead", "scheduled")]
+    for url, query in [
+        *((TASKS, q) for q in [{}, {"state": "dead", "q": ours}, *searches]),
+        *((TASKS, {**q, "queue": "default"}) for q in searches),
+        (QUEUES, {}), (WORKERS, {}), (SCHEDULES, {}), (schedule_url("sync"), {}),
+        (task_url(ours), {}), (RUNS, {}), (RUNS, {"q": "x", "flow": "y"}), (run_url(call), {}),
+    ]:  # fmt: skip
+        assert admin_client.get(url, query).status_code == 200, (url, query)
+    jobs_api = ["", "/failed?job=x", "/tasks?state=dead&job=x&per_page=200", f"/{ours}",
+                "/schedules"]  # fmt: skip
+    for url in [*(f"/api/v1/admin/jobs{p}" for p in jobs_api), "/api/v1/admin/flows?flow=x",
+                f"/api/v1/admin/flows/{call}"]:  # fmt: skip
+        assert api.get(url).status_code == 200, url
+
+    ran = redis.info("commandstats")
+    assert "cmdstat_evalsha" in ran or "cmdstat_eval" in ran  # the reads reached Redis
+    assert {"cmdstat_scan", "cmdstat_keys"} & set(ran) == set(), sorted(ran)
