@@ -145,4 +145,54 @@ def test_throttle__refused_sign_ins_are_throttled_per_address(rate: None) -> Non
     assert int(refused["Retry-After"]) > 0
     assert nobody.get(BASE).status_code == 429  # one address: guesses and no credentials alike
     assert elsewhere.get(BASE).status_code in (401, 403)  # a budget of its own
-    assert token_client("ada").get(BASE).status_code == 200  # a signed-in user's is apart
+    ada = token_client("ada")
+    ada.defaults["REMOTE_ADDR"] = "10.1.2.3"
+    assert ada.get(BASE).status_code == 200  # a signed-in user elsewhere is apart
+
+
+def test_throttle__an_address_past_its_refusals_is_answered_before_any_token_is_looked_up(
+    rate: None,
+) -> None:
+    """Past the budget even a right token waits for the window (429, Retry-After), and no token
+    is looked up: a guess cannot tell a hit from a miss, nor load the database."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    ada = token_client("ada")
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
+    assert [wrong.get(BASE).status_code for _ in range(4)][-1] == 429
+
+    with CaptureQueriesContext(connection) as queries:
+        right = ada.get(BASE)
+        guess = wrong.get(BASE)
+
+    assert (right.status_code, guess.status_code) == (429, 429)
+    assert int(right["Retry-After"]) > 0
+    assert not [q for q in queries.captured_queries if "authtoken" in q["sql"]]
+
+
+def test_throttle__a_forged_x_forwarded_for_gets_no_fresh_budget(rate: None) -> None:
+    """With REST_FRAMEWORK["NUM_PROXIES"] unset, DRF believes X-Forwarded-For whole: the
+    refused sign-ins are counted by the connection's address instead."""
+    codes = [
+        APIClient().get(BASE, HTTP_X_FORWARDED_FOR=f"10.0.0.{n}").status_code for n in range(5)
+    ]
+    assert codes[:3] in ([401] * 3, [403] * 3)
+    assert codes[3:] == [429, 429]
+
+
+def test_throttle__a_cache_that_fails_lets_refusals_answer_as_refusals(
+    rate: None, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real cache that does not answer (Redis on a closed port): the refused sign-in gets its
+    401/403, not a 500, and the log says the throttle could not count it."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+        }
+    }
+    response = APIClient().get(BASE, HTTP_X_FORWARDED_FOR="x" * 300)
+    assert response.status_code in (401, 403)
+    assert "sign-in throttle cannot use the cache" in caplog.text
