@@ -225,9 +225,10 @@ def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
 
     A duplicate idempotency key is logged with the original's id and its row deleted (the
     original is on its way). Redis refusing the batch: each row is sent alone, and a refused
-    one is held (`hold`), but for a Cluster slot on the move (a transient refusal: the row is
-    due again at the next tick, no attempt counted). BrokerUnavailable (Redis did not answer)
-    propagates: every row stays.
+    one is held (`hold`), but for a Cluster slot on the move (a transient refusal: that row and
+    the rest of its queue's are not tried again in this call, and are due again FIRST_HOLD
+    later with no attempt counted: each try costs the call's whole budget). BrokerUnavailable
+    (Redis did not answer) propagates: every row stays.
     """
     if not rows:
         return Relayed()
@@ -237,15 +238,28 @@ def send_rows(rows: Sequence[OutboxJob], using: str) -> Relayed:
         answers: list[Accepted | None] = list(broker.enqueue(requests))
     except BrokerRefused:
         answers = []
+        moving: dict[str, list[int]] = {}  # queue -> rows left for a slot on the move
         for row, request in zip(rows, requests, strict=True):
+            if row.queue in moving:  # each try costs the call's whole budget: not another one
+                moving[row.queue].append(row.pk)
+                answers.append(None)
+                continue
             try:
                 answers += broker.enqueue([request])
             except BrokerRefused as exc:
-                if exc.transient:  # a Cluster slot on the move: due again at the next tick
-                    OutboxJob.objects.using(using).filter(pk=row.pk).update(retry_at=None)
+                if exc.transient:  # a Cluster slot on the move: soon again, no attempt counted
+                    moving[row.queue] = [row.pk]
+                    logger.warning(
+                        "outbox: %s; the rows of queue %r are sent again in %.0fs", exc,
+                        row.queue, FIRST_HOLD,
+                    )  # fmt: skip
                 else:
                     hold(row, f"Redis refused it: {exc}", using)
                 answers.append(None)
+        if moving:
+            later = timezone.now() + timedelta(seconds=FIRST_HOLD)
+            pks = [pk for group in moving.values() for pk in group]
+            OutboxJob.objects.using(using).filter(pk__in=pks).update(retry_at=later)
     done, duplicates = [], 0
     for row, accepted in zip(rows, answers, strict=True):
         if accepted is None:

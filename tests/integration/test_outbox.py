@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import redis
 from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse
 from django.test import RequestFactory
@@ -349,25 +350,43 @@ def test_outbox__a_relay_stopping_gives_back_the_sqlite_lease(
     assert OutboxRelay.objects.get().holder == "w-2"
 
 
-def test_outbox__a_cluster_slot_on_the_move_is_tried_again_at_the_next_tick(
-    redis_ns: RedisNamespace, no_fast_path: None
+def test_outbox__a_cluster_slot_on_the_move_is_tried_again_soon_without_an_attempt(
+    redis_ns: RedisNamespace, no_fast_path: None, caplog: pytest.LogCaptureFixture
 ) -> None:
     """TRYAGAIN after the call's budget: the call did not run, and a slot moves in seconds. The
-    row is not held with a backoff and an attempt counted, as for a refusal; the next relay
-    tick sends it."""
+    rows are not held with a growing backoff and an attempt counted, as for a refusal: they are
+    due again FIRST_HOLD later, and the rest of that queue's rows are not tried one by one (each
+    try would wait out the whole budget again); the other queues' rows are sent."""
     from tests.integration.test_enqueue_resend import MovingWire
 
-    handle = Count.enqueue(Tag("moving"), outbox=True)
+    moving = [Count.enqueue(Tag(f"m{n}"), outbox=True) for n in range(3)]
+    other = Count.enqueue(Tag("low"), outbox=True, queue="low")
     broker = get_broker()
-    broker.wire = MovingWire()  # type: ignore[assignment]
+    raw = redis.Redis.from_url(broker.settings.redis_url or "")  # replies as bytes, as the wire's
+    calls: list[str] = []
+
+    class OneQueueMoving(MovingWire):
+        def round_trip(self, commands: Any, *, own: bool, replayable: bool = True) -> list[Any]:
+            calls.append(str(commands))
+            if "{default}" in str(commands):
+                return super().round_trip(commands, own=own, replayable=replayable)
+            return [raw.execute_command(*c) for c in commands]
+
+    broker.wire = OneQueueMoving()  # type: ignore[assignment]
     try:
-        relay().relay(connection.alias)
+        with caplog.at_level(logging.WARNING, logger="django_jobs.outbox"):
+            relay().relay(connection.alias)
     finally:
         broker.wire = None
-    row = OutboxJob.objects.get()
-    assert (row.attempts, row.last_error) == (0, "")
-    assert row.retry_at is None or row.retry_at <= timezone.now()
+    rows = list(OutboxJob.objects.order_by("pk"))
+    assert [row.job_id for row in rows] == [h.id for h in moving]
+    assert {(row.attempts, row.last_error) for row in rows} == {(0, "")}
+    soon = timezone.now() + timedelta(seconds=outbox.FIRST_HOLD)
+    assert all(timezone.now() < row.retry_at <= soon for row in rows if row.retry_at)
+    assert len([c for c in calls if "{default}" in c]) == 2  # the batch, then the first row alone
+    assert "sent again in 5s" in caplog.text
 
-    relay().relay(connection.alias)  # the slot has moved: the next tick sends it
+    OutboxJob.objects.update(retry_at=timezone.now())  # FIRST_HOLD later: the slot has moved
+    relay().relay(connection.alias)
     assert not OutboxJob.objects.exists()
-    assert [o.task_id for o in run_burst()] == [handle.id]
+    assert sorted(o.task_id for o in run_burst()) == sorted([other.id] + [h.id for h in moving])
