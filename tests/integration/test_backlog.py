@@ -40,3 +40,36 @@ def test_backlog__a_refused_decision_is_dropped_and_the_next_written(
         b"pending"
     )
     assert "what becomes of it was refused" in caplog.text
+
+
+def test_backlog__a_slot_on_the_move_keeps_the_decision_for_the_next_tick(
+    redis_ns: RedisNamespace,
+) -> None:
+    """TRYAGAIN after the call's budget did not run the write and is over in a moment: the
+    decision stays (as when Redis does not answer), instead of being dropped as a refusal is,
+    which would leave the task to wait out its lease."""
+    from django_jobs.exceptions import BrokerUnavailable
+    from tests.integration.test_enqueue_resend import MovingWire
+
+    broker = get_broker()
+    broker.enqueue([EnqueueRequest(id="c" * 32, queue="default", encoded='{"v": 1}')])
+    delivery = broker.dequeue(["default"])
+    assert delivery is not None
+    backlog = Backlog(broker)
+    backlog.add(delivery, policy.crashed("child 1 died"), "child 1 died")
+
+    broker.wire = MovingWire()  # type: ignore[assignment]
+    try:
+        with pytest.raises(BrokerUnavailable):
+            backlog.tick()
+    finally:
+        broker.wire = None
+    assert len(backlog.items) == 1
+
+    backlog.tick()  # the slot has moved
+    assert backlog.items == []
+    assert redis_ns.client.hget(f"{redis_ns.namespace}:{{default}}:t:{'c' * 32}", "state") in (
+        b"pending",
+        b"retry",
+        b"scheduled",
+    )
