@@ -26,6 +26,8 @@ def test_atomic__killed_inside_run_leaves_nothing_and_succeeds_once_on_the_next_
     runs = [r.decode() for r in redis_ns.client.lrange(probe(redis_ns, "runs"), 0, -1)]
     assert runs == ["atomic:1:0", "atomic:1:1"], db_worker.output()
     assert done(redis_ns) == ["atomic:1:1"]
+    # (run() pushes "done" before the atomic block commits: wait for the commit, then count)
+    wait_until(lambda: effects(db_worker, "atomic"), timeout=10, why=db_worker.output)
     assert effects(db_worker, "atomic") == 1
     db_worker.signal(signal.SIGTERM)
     assert db_worker.wait() == 0

@@ -42,6 +42,9 @@ class LosingProxy:
         self.lose_next = threading.Event()
         #: Replies to pass on, once lose_next is set, before the lost one.
         self.skip = 0
+        #: EVALSHA commands clients sent through this proxy (counted here, not with the shared
+        #: server's INFO commandstats, which every other test running meanwhile adds to).
+        self.evalshas = 0
         self.closed = False
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -62,6 +65,8 @@ class LosingProxy:
                     data = source.recv(65536)
                     if not data:
                         return
+                    if source is client:
+                        self.evalshas += data.count(b"$7\r\nEVALSHA\r\n")
                     if source is upstream and self.lose_next.is_set():
                         if not self.skip:
                             self.lose_next.clear()
