@@ -75,6 +75,9 @@ class PrometheusRecorder:
         if not written:
             return
         v, queue = verdict, logical_queue(verdict.queue)  # a queue of ours, not its shard
+        if v.attempt:  # a run happened (not a corrupt record, nor an unknown job's bounce)
+            # First: a scrape that sees a run's outcome counted sees its duration too.
+            self.run_seconds.labels(v.job, queue).observe(v.duration)
         if v.action is Action.ACK:
             self.completed.labels(v.job, queue).inc()
         elif v.action is Action.RETRY:
@@ -85,8 +88,6 @@ class PrometheusRecorder:
             self.dead.labels(v.job, queue).inc()
         if v.action is not Action.ACK and v.spend:
             self.failed.labels(v.job, queue).inc()
-        if v.attempt:  # a run happened (not a corrupt record, nor an unknown job's bounce)
-            self.run_seconds.labels(v.job, queue).observe(v.duration)
 
     def crashed(self, job: str, queue: str) -> None:
         self.crashes.labels(job, queue).inc()
