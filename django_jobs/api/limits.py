@@ -106,10 +106,6 @@ class RefusedSignInThrottle(JobsRateThrottle):
             self.history.pop()
         return most is not None and len(self.history) >= most
 
-    def count(self, request: Request, view: APIView) -> bool:
-        """Record one refused sign-in; False if that used the last room (429 from now on)."""
-        return bool(self.allow_request(request, view))
-
 
 class Limited(APIView):
     """An API view refusing large bodies first, and throttled by JobsRateThrottle."""
@@ -130,7 +126,7 @@ class Limited(APIView):
         try:
             super().initial(request, *args, **kwargs)
         except (AuthenticationFailed, NotAuthenticated):
-            if not _cache_works(lambda: refused.count(request, self), True):
+            if not _cache_works(lambda: refused.allow_request(request, self), True):
                 self.throttled(request, refused.wait() or 1.0)
             raise
 
