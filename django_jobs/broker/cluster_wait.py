@@ -181,6 +181,12 @@ class ClusterWait(FetchCalls):
             self._wait_ids.pop(id(known[1]), None)
             known[1].disconnect()
 
+    def close(self) -> None:
+        """Close this process's BLPOP connections too (see ScriptCalls.close)."""
+        for queue in list(self._waits) if self._waits_pid == os.getpid() else ():
+            self._drop_wait(queue)
+        super().close()
+
     def interrupt_wait(self) -> None:
         """Make a wait blocked in this process return now (safe in a signal handler): on a
         Cluster, each BLPOP unblocked from a new connection to its node."""

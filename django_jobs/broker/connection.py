@@ -5,14 +5,13 @@ itself is made by `factory.connect` (timeouts, the one retry of the pool's calls
 - `ScriptCalls` runs the broker's scripts by SHA in one round trip, on a connection of the
   worker child's own for its hot path (`settle`, `wait_and_fetch`), which a signal handler can
   unblock (`interrupt_wait`), on a spare one for other calls that may run twice (an enqueue's:
-  `_spare`); it also holds the keys of each queue.
+  `_spare`); it also holds the keys of each queue. On a Redis Cluster (`redis+cluster://`)
+  the client is a RedisCluster and the scripts travel on `cluster.ClusterWire`.
 - `redact` (django_jobs.conf.redact, below the settings' check E003 that uses it too) is the one
   way a Redis URL reaches text: the banner, logs, error messages, the admin's and API's 503s.
 - `unavailable` turns every redis-py error a broker call can meet into `BrokerUnavailable` or
   `BrokerRefused` (the messages: errors.py): every call of `ScriptCalls` runs inside it, so it
   lives here, on a task's path, and errors.py runs only when a call failed.
-- On a Redis Cluster (`redis+cluster://`), the client is a RedisCluster and the scripts travel
-  on `cluster.ClusterWire`.
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ def decoded(reply: Any) -> Any:
 
 def closed_by_server(conn: Any) -> bool:
     """Whether an idle connection has something to read: then the server closed it (a restart,
-    an idle timeout, CLIENT KILL; a spare has no reply unread), found as redis-py's pool finds
-    it (can_read), by a poll of its socket kept with it: 0.5 µs, a select() 1.1 µs."""
+    an idle timeout, CLIENT KILL), seen by a poll kept with its socket (0.5 µs; select 1.1)."""
     sock = conn._sock
     if sock is None:
         return False  # not connected: its send connects it
@@ -69,12 +67,10 @@ def closed_by_server(conn: Any) -> bool:
 
 
 class unavailable:  # lower case: used as the function it was, `with unavailable(url):`
-    """Turn redis-py errors into BrokerUnavailable (no answer; on a Redis Cluster also a slot on
-    the move or a failover under way) or BrokerRefused (an error reply, named by `refused`;
-    an enqueue's slot on the move too, as the error reply of a batch's call is).
-
-    writes: whether the call may change something (a read's message does not say the operation
-    may still have been applied). A class, not a generator: the hot path enters one per task.
+    """Turn redis-py errors into BrokerUnavailable (no answer; on a Cluster also a slot on the
+    move or a failover) or BrokerRefused (an error reply, named by `refused`; an enqueue's slot
+    on the move too, as a batch's). `writes`: whether the call may change something (a read's
+    message does not say it may have been applied). A class: the hot path enters one per task.
     """
 
     __slots__ = ("outcome", "url", "writes")
@@ -369,6 +365,22 @@ class ScriptCalls:
         if own:
             self._own_id = None  # an id a new connection may be given by a restarted Redis
         conn.disconnect()
+
+    def close(self) -> None:
+        """Close this process's connections to Redis (its own, spares, the client's pools, a
+        Sentinel's), as a process or a test done with its server should; each reopens on use."""
+        if self._own is not None and self._own[0] == os.getpid():
+            self._drop(self._own[1], own=True)
+        while self._spares[1]:
+            self._spares[1].pop().disconnect()
+        if self.wire is not None:
+            self.wire.close()
+            self.client.close()
+            return
+        pool = self.client.connection_pool
+        pool.disconnect()
+        for sentinel in getattr(getattr(pool, "sentinel_manager", None), "sentinels", ()):
+            sentinel.connection_pool.disconnect()
 
     def interrupt_wait(self) -> None:
         """Make a `wait_and_fetch` blocked in this process return now (safe in a signal handler),
