@@ -11,9 +11,7 @@ tests/integration/cluster/conftest.py).
 
 from __future__ import annotations
 
-import random
 import shutil
-import socket
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +20,8 @@ import pytest
 import redis
 from redis.cluster import key_slot
 
-from tests.conftest import free_port, wait_until
+from tests.conftest import wait_until
+from tests.ports import bindable, ephemeral_low, free_port
 from tests.sentinel import Process
 from tests.tls import Certs, TLSProcess
 
@@ -35,21 +34,12 @@ NODE_CONFIG = (
 
 def cluster_port() -> int:
     """A free port whose cluster bus port (10000 higher) is free too, both below the kernel's
-    ephemeral range: a port from there (bind to 0) has its bus port in that range as well, where
-    any client socket of another test may take it before the node binds it (seen with
-    pytest -n 4: "bind: Address already in use", the node exited)."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:  # ports from 10000 (services listen lower: 5432, 6379, ...), bus ports below low
-        port = random.randrange(10000, low - 10000) if low > 21000 else free_port()
-        if port + 10000 > 65535:
-            continue
-        try:
-            for candidate in (port, port + 10000):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", candidate))
-        except OSError:
-            continue
-        return port
+    ephemeral range (tests/ports.py: seen with pytest -n 4, "bind: Address already in use" on a
+    bus port, the node exited)."""
+    while True:
+        port = free_port(below=ephemeral_low() - 10000)
+        if port + 10000 <= 65535 and bindable(port + 10000):
+            return port
 
 
 def _executable(name: str) -> str:

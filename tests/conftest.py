@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 import redis
+
+from tests.ports import free_port as free_port
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: The Cluster leg's own tests (tests/cluster_leg) run only in that leg, `python -m tests.cluster`
@@ -135,12 +136,6 @@ def redis_ns(redis_url: str, settings: Any) -> Iterator[RedisNamespace]:
     yield ns
     ns.cleanup()
     ns.client.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Freezable:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import redis
+
+from tests.ports import free_port as free_port
 
 T = TypeVar("T")
 
@@ -35,12 +36,6 @@ def wait_until(predicate: Callable[[], T], timeout: float, what: str, interval: 
         if time.monotonic() > deadline:
             raise ChaosError(f"{what}: not within {timeout:g}s")
         time.sleep(interval)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class RedisServer:
