@@ -48,20 +48,25 @@ def traced() -> Iterator[InMemorySpanExporter]:
     tracing.disable()
 
 
-def spans(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def test_runworker_continues_the_trace_of_the_enqueue(
-    worker: Worker, redis_ns: RedisNamespace, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, traced: InMemorySpanExporter,
-) -> None:  # fmt: skip
+@pytest.fixture
+def spans_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where a worker started from this test writes its spans (SITECUSTOMIZE on its path)."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     spans_file = tmp_path / "spans.jsonl"
     monkeypatch.setenv("SPANS_FILE", str(spans_file))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
+    return spans_file
+
+
+def spans(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_runworker_continues_the_trace_of_the_enqueue(
+    worker: Worker, redis_ns: RedisNamespace, spans_file: Path, traced: InMemorySpanExporter
+) -> None:
     Noop.enqueue(Number(1))
     (enqueue,) = traced.get_finished_spans()
     assert enqueue.context is not None
@@ -77,16 +82,9 @@ def test_runworker_continues_the_trace_of_the_enqueue(
 
 
 def test_runworker_async_child_continues_each_runs_own_trace(
-    worker: Worker, redis_ns: RedisNamespace, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch, traced: InMemorySpanExporter,
-) -> None:  # fmt: skip
+    worker: Worker, redis_ns: RedisNamespace, spans_file: Path, traced: InMemorySpanExporter
+) -> None:
     # Given two async tasks enqueued under two traces, run at once by one async child
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    spans_file = tmp_path / "spans.jsonl"
-    monkeypatch.setenv("SPANS_FILE", str(spans_file))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]))
     handles = [AsyncSleep.enqueue(Work(f"t{i}", seconds=0.3)) for i in range(2)]
     enqueues = dict(zip([h.id for h in handles], traced.get_finished_spans(), strict=True))
 
@@ -102,7 +100,10 @@ def test_runworker_async_child_continues_each_runs_own_trace(
         assert enqueue.context is not None
         assert run["context"]["trace_id"] == f"0x{enqueue.context.trace_id:032x}"
         assert run["parent_id"] == f"0x{enqueue.context.span_id:016x}"
+    # And both ran in one child ("tag start end pid" each), at once: one loop, two contexts
     raw = redis_ns.client.lrange(probe(redis_ns, "spans"), 0, -1)
-    listed = [(x.decode() if isinstance(x, bytes) else x).split() for x in raw]
+    listed = sorted((x.decode() if isinstance(x, bytes) else x).split() for x in raw)
+    assert [tag for tag, *_ in listed] == ["t0", "t1"]
+    assert len({pid for *_, pid in listed}) == 1, listed
     (_, ended_0), (begun_1, _) = sorted((float(b), float(e)) for _, b, e, _ in listed)
-    assert begun_1 < ended_0  # they overlapped: one loop, two contexts
+    assert begun_1 < ended_0
