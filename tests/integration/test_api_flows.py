@@ -14,6 +14,7 @@ from django_jobs.flows import get_run
 from django_jobs.testing import run_burst
 from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
 from tests.conftest import RedisNamespace, free_port
+from tests.integration.staff_kinds import KINDS, allowed
 from tests.integration.test_api import make_user
 from tests.integration.test_api_permissions import api_routes, handled_methods
 from tests.redis_state import redis_now, snapshot
@@ -159,17 +160,6 @@ def test_signal__under_the_outbox_and_atomic_requests_still_answers_409(
 
 # -- every flows endpoint and method, every kind of staff user ------------------------------
 
-#: Kinds of staff user by the permissions they hold.
-KINDS = {
-    "none": (),
-    "view": ("view_task",),
-    "change": ("change_task",),
-    "delete": ("delete_task",),
-    "view+delete": ("view_task", "delete_task"),
-    "all": ("view_task", "change_task", "delete_task"),
-}
-#: Who may: a look needs view_task (or change_task, which implies it), a change change_task.
-GRANTS = {"view": {"view_task", "change_task"}, "change": {"change_task"}}
 #: (method, route as flow_urls writes it) -> the permission it needs; OPTIONS describes an
 #: endpoint: who may look may ask.
 FLOW_ENDPOINTS = {
@@ -209,7 +199,7 @@ def test_flow_matrix__every_endpoint_needs_its_permission(
     response = getattr(client, method)(BASE + route.replace("<str:call_id>", call), data,
                                        format="json")  # fmt: skip
 
-    if GRANTS[FLOW_ENDPOINTS[endpoint]] & set(KINDS[kind]):
+    if allowed(FLOW_ENDPOINTS[endpoint], kind):
         assert response.status_code == 200, response.content
         if method == "post" and route.endswith("cancel"):
             assert get_run(call).status == "canceled"  # type: ignore[union-attr]
