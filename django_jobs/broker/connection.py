@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import select
+import selectors
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -60,6 +61,10 @@ def closed_by_server(conn: Any) -> bool:
         return False  # not connected: its send connects it
     polled = getattr(conn, "_jobs_poll", None)
     if polled is None or polled[0] is not sock:  # a new socket (reconnected)
+        if not hasattr(select, "poll"):  # Windows; gevent's patched select has no poll
+            with selectors.DefaultSelector() as selector:
+                selector.register(sock, selectors.EVENT_READ)
+                return bool(selector.select(0))
         poller = select.poll()
         poller.register(sock, select.POLLIN)
         polled = conn._jobs_poll = (sock, poller)
@@ -261,18 +266,15 @@ class ScriptCalls:
     def _round_trip(
         self, commands: Sequence[tuple[Any, ...]], *, own: bool, replayable: bool = True
     ) -> list[Any]:
-        """Send commands in one write and read their replies: bytes, errors as values.
-
-        A redis-py pipeline without its per-call bookkeeping, on the connection `settle` owns
-        (`own`), on a spare one for other calls that may run twice (`_spare`), else on one of
-        the pool's. A spare the server closed (a restart, an idle timeout) is reopened before the
-        commands are sent (as the pool checks its own); a connection that fails is reopened and
-        the commands sent again, once, if they were not sent yet, or on the connection `settle`
-        owns if `replayable`. Commands sent on a spare are never sent again: an enqueue's guard
-        is its task record, which an ack with a retention of 0 deletes, so a resend could make a
-        second task. A timeout is not retried: it has spent half the caller's budget (see
-        `connect`), and a new connection to a server that does not answer would spend more.
-        """
+        """Send commands in one write and read their replies: bytes, errors as values. A
+        redis-py pipeline without its bookkeeping, on the connection `settle` owns (`own`), on a
+        spare for other calls that may run twice (`_spare`), else on one of the pool's. A spare
+        the server closed is reopened before the send; a connection that fails is reopened and
+        the commands sent again, once, if they were not sent yet, or on `settle`'s connection if
+        `replayable`. Nothing sent on a spare is sent again: an enqueue's guard is its record,
+        which an ack with a retention of 0 deletes, so a resend could make a second task. A
+        timeout is not retried: it spent half the caller's budget (`connect`), and a new
+        connection to a server that does not answer would spend more."""
         if self.wire is not None:
             return self.wire.round_trip(commands, own=own, replayable=replayable)
         spares = None
@@ -321,13 +323,12 @@ class ScriptCalls:
 
     def _spare(self) -> tuple[list[Any], Any]:
         """A connection outside the pool for one replayable call, and the list to give it back
-        to (the pool's lock, counters and poll cost an enqueue more than its other Python work).
-        One caller holds it at a time (list.pop and append are atomic: threads, greenlets): as
-        many as calls at once, as in a pool. A forked child opens its own, never its parent's."""
+        to (the pool's lock, counters and poll cost an enqueue more than its other Python work),
+        one caller at a time (list.pop and append are atomic), as many as calls at once, as in
+        a pool. A forked child opens its own, never its parent's."""
         pid, spares = self._spares
         if pid != os.getpid():
-            spares = []
-            self._spares = (os.getpid(), spares)
+            self._spares = (os.getpid(), spares := [])
         try:
             return spares, spares.pop()
         except IndexError:
@@ -377,8 +378,7 @@ class ScriptCalls:
             self.wire.close()
             self.client.close()
             return
-        pool = self.client.connection_pool
-        pool.disconnect()
+        (pool := self.client.connection_pool).disconnect()
         for sentinel in getattr(getattr(pool, "sentinel_manager", None), "sentinels", ()):
             sentinel.connection_pool.disconnect()
 

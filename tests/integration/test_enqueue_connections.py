@@ -10,11 +10,13 @@ Each test has a Redis of its own, so that its connections are the only ones coun
 from __future__ import annotations
 
 import os
+import select
 import threading
 from typing import Any
 
 import pytest
 import redis
+from redis._parsers import hiredis as hiredis_parser
 
 from django_jobs.broker import connection
 from django_jobs.broker.protocol import EnqueueRequest
@@ -156,9 +158,13 @@ def test_enqueue__a_forked_child_sends_on_a_connection_of_its_own(probe: redis.R
     assert probe.lrange("t:{default}:pending", 0, -1) == ["after", "from-child", "warm-up"]
 
 
+@pytest.mark.parametrize("poll", [True, False], ids=["select.poll", "no-select.poll"])
 def test_enqueue__connections_the_server_closed_are_reopened_and_the_call_goes_in(
-    probe: redis.Redis,
+    probe: redis.Redis, poll: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if not poll:  # Windows has no select.poll; gevent's patched select module has none either
+        monkeypatch.delattr(select, "poll")
+        monkeypatch.setattr(hiredis_parser, "_HAS_POLL", False)  # redis-py's, read at import
     put("warm-up")
     probe.client_kill_filter(_type="normal", skipme=True)  # as an idle timeout would
 
