@@ -24,6 +24,20 @@ class AsyncSleep(Job[Work]):
         _done(self, "done", payload.tag)
 
 
+class AsyncCapped(AsyncSleep):
+    """AsyncSleep at most 2 at once across every worker and slot: its spans go to
+    probe:capped_spans, its runs to probe:capped_done (test_async_worker.py)."""
+
+    concurrency_limit = 2
+
+    async def run(self, payload: Work) -> None:
+        begun = time.time()
+        await asyncio.sleep(payload.seconds)
+        span = f"{payload.tag} {begun} {time.time()} {os.getpid()}"
+        get_broker().client.rpush(_key("capped_spans"), span)
+        _done(self, "capped_done", payload.tag)
+
+
 class AsyncInterrupted(Job[Work]):
     """Await for ever; list what interrupted it at its await (probe:interrupted, "tag:Name"),
     then let it propagate (or return, for a tag that starts with "return")."""

@@ -13,7 +13,7 @@ import django_jobs
 from django_jobs import CancelOutcome
 from django_jobs.inspector import get_inspector
 from django_jobs.keys import State
-from testproject.probes.async_jobs import AsyncBlocksLoop, AsyncInterrupted, AsyncSleep
+from testproject.probes.async_jobs import AsyncBlocksLoop, AsyncCapped, AsyncInterrupted, AsyncSleep
 from testproject.probes.jobs import Sleep, SleepForever, Work
 from tests.acceptance.conftest import Worker, done, probe, started
 from tests.conftest import RedisNamespace, wait_until
@@ -23,12 +23,16 @@ def task_state(task_id: str, queue: str = "default") -> Any:
     return get_inspector().task(queue, task_id)
 
 
-def spans(ns: RedisNamespace) -> list[tuple[str, float, float, int]]:
+def spans(ns: RedisNamespace, name: str = "spans") -> list[tuple[str, float, float, int]]:
     out = []
-    for item in ns.client.lrange(probe(ns, "spans"), 0, -1):
+    for item in ns.client.lrange(probe(ns, name), 0, -1):
         tag, begun, ended, pid = item.decode().split()
         out.append((tag, float(begun), float(ended), int(pid)))
     return out
+
+
+def listed(ns: RedisNamespace, name: str) -> list[str]:
+    return [item.decode() for item in ns.client.lrange(probe(ns, name), 0, -1)]
 
 
 def most_at_once(runs: list[tuple[str, float, float, int]]) -> int:
@@ -60,6 +64,25 @@ def test_async_worker__one_child_runs_n_at_once_and_never_more(
     # The 11th started only as one of the first 10 ended.
     first_end = min(ended for _, _, ended, _ in runs)
     assert sorted(begun for _, begun, _, _ in runs)[10] >= first_end
+
+
+def test_async_worker__a_concurrency_limit_holds_among_one_childs_slots_and_others_flow(
+    worker: Worker, redis_ns: RedisNamespace
+) -> None:
+    # Given 6 jobs of a type capped at 2 at once, then 8 of a type without limits
+    AsyncCapped.enqueue_many([Work(f"c{i}", seconds=0.5) for i in range(6)])
+    AsyncSleep.enqueue_many([Work(f"s{i}", seconds=0.5) for i in range(8)])
+
+    # When one child runs 10 at once
+    worker.start("--concurrency", "1", "--async-concurrency", "10")
+
+    # Then the capped ones never ran more than 2 at once, each at its first attempt (a wait for
+    # the cap spends none), while the others ran beside them, in the slots the cap left
+    wait_until(lambda: len(listed(redis_ns, "capped_done")) == 6, timeout=30, why=worker.output)
+    wait_until(lambda: len(done(redis_ns)) == 8, timeout=30, why=worker.output)
+    assert sorted(listed(redis_ns, "capped_done")) == sorted(f"c{i}:1:0" for i in range(6))
+    assert most_at_once(spans(redis_ns, "capped_spans")) == 2
+    assert most_at_once(spans(redis_ns)) >= 4
 
 
 def test_async_worker__timeout_is_thrown_into_the_coroutine_and_spares_the_others(
