@@ -4,9 +4,9 @@
   names, idempotency keys, worker hosts, schedule names and payloads, search terms) is shown
   escaped on every page: the queues, the tasks list and its search results, a task's page, the
   confirmation pages, the workers and the schedules.
-- Every action needs its permission (view_task to look, change_task to retry, pause, resume and
-  run a schedule, delete_task to delete), crossed for every kind of staff user, and changes
-  nothing in Redis when refused; every form carries the CSRF token.
+- Every action needs its permission (view_task to look, change_task to retry, pause, resume or
+  run a schedule, delete_task to delete) for every kind of staff user: allowed, it does what it
+  says (read back from Redis), refused it changes nothing; every form carries the CSRF token.
 - The admin's list answers whatever its query string holds: no 500, nothing reflected raw.
 """
 
@@ -31,8 +31,10 @@ from rest_framework.test import APIClient
 from django_jobs.admin.listing import MAX_INPUT
 from django_jobs.admin.pages import JobsAdmin
 from django_jobs.client import get_broker
+from django_jobs.flows import get_run
+from django_jobs.flows.details import get_run_detail
 from django_jobs.inspector import Inspector, get_inspector
-from django_jobs.keys import worker, workers
+from django_jobs.keys import State, worker, workers
 from django_jobs.message import Message, encode
 from testproject.shop.flows import Wait, WaitFlow
 from tests.conftest import RedisNamespace, RedisServer
@@ -44,6 +46,7 @@ from tests.integration.test_admin import (
     login,
     make_user,
     queue_url,
+    state_of,
     task_url,
 )
 from tests.integration.test_admin_flows import RUNS, drain, run_url
@@ -196,15 +199,47 @@ ACTIONS: list[Action] = [
 ]  # fmt: skip
 
 
-def target_for(name: str) -> Target:
-    """A dead task; a waiting one for the task cancels; and a flow run for the flow actions."""
+def target_for(name: str, insp: Inspector) -> Target:
+    """A dead task; a waiting one for the task cancels; and a flow run for the flow actions. The
+    queue and the schedule start paused for the resumes."""
     waiting = name in ("task cancel", "cancel ticked")
     task = Fails.enqueue(Note("later"), delay=60).id if waiting else dead_task()
+    if name == "resume":
+        insp.pause("default")
+    if name == "schedule resume":
+        insp.pause_schedule("sync")
     if not name.startswith("flow"):
         return Target(task, "c" * 32)
     call = WaitFlow.start(Wait())
     drain()
     return Target(task, call)
+
+
+def task_is(state: str | None, *, no_dead: bool = False) -> Callable[[Inspector, Target], bool]:
+    """The target task is in `state` (None: gone); with `no_dead`, the dead list is empty too."""
+    return lambda i, t: state_of(i, t.task) == state and not (no_dead and queue(i).dead)
+
+
+def queue(insp: Inspector) -> Any:
+    return next(q for q in insp.queues() if q.name == "default")
+
+
+#: What each change does, read back from Redis: True once done. Every other action (a page, a
+#: confirmation page) writes nothing.
+EFFECTS: dict[str, Callable[[Inspector, Target], bool]] = {
+    **dict.fromkeys(["task retry", "retry ticked"], task_is(State.PENDING)),
+    "retry all dead": task_is(State.PENDING, no_dead=True),
+    **dict.fromkeys(["task delete", "delete ticked"], task_is(None)),
+    "delete all dead": task_is(None, no_dead=True),
+    **dict.fromkeys(["task cancel", "cancel ticked"], task_is(State.CANCELED)),
+    "pause": lambda i, t: queue(i).paused,
+    "resume": lambda i, t: not queue(i).paused,
+    "schedule run": lambda i, t: state_of(i, i.schedule("sync").last_task_id or "-") is not None,
+    "schedule pause": lambda i, t: i.schedule("sync").paused,
+    "schedule resume": lambda i, t: not i.schedule("sync").paused,
+    "flow cancel": lambda i, t: get_run(t.call).status == "canceled",  # type: ignore[union-attr]
+    "flow signal": lambda i, t: [s.name for s in get_run_detail(t.call).signals] == ["go"],  # type: ignore[union-attr]
+}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -213,9 +248,11 @@ def test_permissions__every_action_needs_its_permission(
     redis_ns: RedisNamespace, insp: Inspector, kind: str, action: Action
 ) -> None:
     name, method, url, form, needs = action
-    target = target_for(name)
+    target = target_for(name, insp)
     client = login(make_user(f"u-{kind}", *KINDS[kind]))
     data = {k: target.task if v == "{t}" else v for k, v in form.items()}
+    effect = EFFECTS.get(name)
+    assert effect is None or not effect(insp, target)
     now = redis_now(redis_ns.client)  # both read against one clock: a slow request moves nothing
     before = snapshot(redis_ns, now)
 
@@ -223,6 +260,10 @@ def test_permissions__every_action_needs_its_permission(
 
     if allowed(needs, kind):
         assert response.status_code in (200, 302), (name, kind)
+        if effect is not None:  # it did what it answered it did
+            assert effect(insp, target), (name, kind)
+        else:
+            assert snapshot(redis_ns, now) == before, (name, kind)
     else:
         assert response.status_code == 403, (name, kind)
         assert snapshot(redis_ns, now) == before, (name, kind)
