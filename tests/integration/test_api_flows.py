@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from django_jobs.api import flow_urls
 from django_jobs.conf import get_settings
 from django_jobs.flows import get_run
+from django_jobs.flows.details import get_run_detail
 from django_jobs.testing import run_burst
 from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
 from tests.conftest import RedisNamespace, free_port
@@ -203,6 +204,11 @@ def test_flow_matrix__every_endpoint_needs_its_permission(
         assert response.status_code == 200, response.content
         if method == "post" and route.endswith("cancel"):
             assert get_run(call).status == "canceled"  # type: ignore[union-attr]
+        elif method == "post":
+            signals = get_run_detail(call).signals  # type: ignore[union-attr]
+            assert [(s.name, s.value) for s in signals] == [("go", 1)]
+        else:  # a look writes nothing
+            assert snapshot(redis_ns, now) == before
     else:
         assert response.status_code == 403, response.content
         assert snapshot(redis_ns, now) == before
