@@ -30,6 +30,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_jobs import keys
+from django_jobs.broker.shards import shards_for
+from django_jobs.conf import get_settings
 from testproject.probes.jobs import Chaos, ChaosWork
 from tests.chaos.checker import Fault, Ledger, Log
 from tests.chaos.processes import ChaosError, RedisServer, marked, read_rss_kib, wait_until
@@ -310,9 +312,9 @@ class Stage:
         return f"{self.namespace}:{{{queue}}}:{structure}"
 
     def idle(self) -> bool:
-        """No task pending, active, scheduled or waiting for a retry, in any queue."""
+        """No task pending, active, scheduled or waiting for a retry, in any queue or shard."""
         pipe = self.client.pipeline(transaction=False)
-        for queue in QUEUES:
+        for queue in shards_for(get_settings()).expand(QUEUES):
             pipe.llen(self.key(queue, "pending"))
             pipe.llen(self.key(queue, "active"))
             pipe.zcard(self.key(queue, "scheduled"))
@@ -320,13 +322,18 @@ class Stage:
         return not any(pipe.execute())
 
     def records(self, ids: Iterable[str], *fields: str) -> dict[str, list[str | None]]:
-        """The given fields of each task's record (None where missing)."""
-        ids = list(ids)
+        """The given fields of each task's record (None where missing), in whichever shard of
+        its queue holds it (a queue of one shard: the queue itself)."""
+        shards = shards_for(get_settings())
+        asked = [(i, q) for i in ids for q in shards.of(self.ledger.accepted[i].queue)]
         pipe = self.client.pipeline(transaction=False)
-        for task_id in ids:
-            queue = self.ledger.accepted[task_id].queue
+        for task_id, queue in asked:
             pipe.hmget(self.key(queue, f"t:{task_id}"), list(fields))
-        return dict(zip(ids, pipe.execute(), strict=True))
+        found: dict[str, list[str | None]] = {}
+        for (task_id, _), values in zip(asked, pipe.execute(), strict=True):
+            if task_id not in found or any(v is not None for v in values):
+                found[task_id] = values
+        return found
 
     def states(self) -> dict[str, tuple[str | None, str | None]]:
         """Every accepted task's state and error in Redis."""

@@ -1,6 +1,6 @@
 """The scenarios, 1-8 in the order of issue 7, 9-11 from issue 12, 12 (flows) from issue 16,
-20a-20c (a Sentinel failover, a Cluster master's) from issue 20: each fills in a Result; raising
-fails it."""
+20a-20c (a Sentinel failover, a Cluster master's) from issue 20, 21 (scenario 1 on a sharded
+queue): each fills in a Result; raising fails it."""
 
 from __future__ import annotations
 
@@ -58,4 +58,5 @@ SCENARIOS: list[tuple[str, str, Scenario]] = [
     ("20a", "20a Sentinel kill -9, REPLICA_ACKS=1", sentinel.with_replica_acks),
     ("20b", "20b Sentinel kill -9, REPLICA_ACKS=0", sentinel.without_replica_acks),
     ("20c", "20c Cluster master kill -9", cluster.master_kill),
+    ("21", "21 kill -9, a queue of 4 shards", kills.sharded),
 ]

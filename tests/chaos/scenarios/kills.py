@@ -15,7 +15,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Any
 
+from django_jobs.broker.shards import shards_for
+from django_jobs.conf import get_settings
 from testproject.probes.jobs import ChaosWork
 from tests.chaos.harness import Run, Stage, Worker
 from tests.chaos.profiles import Profile
@@ -31,19 +34,38 @@ MAX_CRASHES = 10
 #: Seconds between two kills of the storm, and no-op jobs queued for it per kill.
 STORM_SPACING = 0.05
 STORM_JOBS = 40
+#: Scenario 21: the shards of the jobs' queue.
+SHARDS = 4
+#: Jobs enqueued per call.
+BATCH = 50
 
 
 def run(run: Run, profile: Profile, result: Result) -> None:
+    kills(run, profile, result, "kills")
+
+
+def sharded(run: Run, profile: Profile, result: Result) -> None:
+    """Scenario 21: scenario 1 with the jobs' queue split into SHARDS shards (each its own
+    lists and lease set, a worker serving them all): the same counts must hold."""
+    queues = {"critical": {}, "default": {"shards": SHARDS}, "low": {}}
+    kills(run, profile, result, f"kills, {SHARDS} shards", QUEUES=queues)
+
+
+def kills(run: Run, profile: Profile, result: Result, name: str, **jobs: Any) -> None:
+    """Scenario 1 on a stage of `name` with `jobs` in its JOBS."""
     result.recovery_means = "kill -9 -> the task it caught mid-run starts again"
     # Innocent tasks hit by three of a hundred kills would die of the crash budget (scenario 6
     # tests the budget): a larger one keeps this scenario about losses and duplicates.
-    with run.stage("kills", MAX_CRASHES=MAX_CRASHES) as stage:
+    with run.stage(name, MAX_CRASHES=MAX_CRASHES, **jobs) as stage:
         workers = stage.start_workers(2, CONCURRENCY)
         rng = stage.rng
-        stage.enqueue(
-            profile.kill_jobs,
-            lambda n: ChaosWork(n, seconds=round(rng.uniform(0.5, 1.5) * MEAN_WORK, 3)),
-        )
+        # A batch goes to one shard (the next of this process's turns): batches of BATCH spread
+        # a sharded queue's tasks over its shards.
+        for start in range(0, profile.kill_jobs, BATCH):
+            stage.enqueue(
+                min(BATCH, profile.kill_jobs - start),
+                lambda n: ChaosWork(n, seconds=round(rng.uniform(0.5, 1.5) * MEAN_WORK, 3)),
+            )
         drain_estimate = profile.kill_jobs * MEAN_WORK / (2 * CONCURRENCY)
         spacing = 0.7 * drain_estimate / profile.kills
         whole = 0
@@ -67,6 +89,8 @@ def run(run: Run, profile: Profile, result: Result) -> None:
         done_at_last_kill = len(stage.log.read().done_ids())
         storm_kills = storm(stage, workers, profile)
         conclude(stage, result, drain=3 * drain_estimate + 120)
+        if jobs:
+            spread_over_shards(stage, result)
         recoveries = orphan_recoveries(stage.log, stage.faults)
         result.recovery = [t for times in recoveries.values() for t in times]
         result.note(
@@ -82,6 +106,20 @@ def run(run: Run, profile: Profile, result: Result) -> None:
         # A supervisor that hung (or died) stops beating and replacing children
         alive = [w.name for w in workers if w.alive and w.registered()]
         result.expect(len(alive) == len(workers), f"only {alive} of the workers still serve")
+
+
+def spread_over_shards(stage: Stage, result: Result) -> None:
+    """Note in which shard each task of the sharded queue was, and expect every shard used."""
+    shards = shards_for(get_settings()).of("default")
+    ids = [i for i, accepted in stage.ledger.accepted.items() if accepted.queue == "default"]
+    pipe = stage.client.pipeline(transaction=False)
+    for task_id in ids:
+        for shard in shards:
+            pipe.exists(stage.key(shard, f"t:{task_id}"))
+    found = pipe.execute()
+    counts = [sum(found[i :: len(shards)]) for i in range(len(shards))]
+    result.note(f"tasks of 'default' by shard ({', '.join(shards)}): {counts}")
+    result.expect(all(counts), f"a shard of 'default' had no task: {counts}")
 
 
 def storm(stage: Stage, workers: list[Worker], profile: Profile) -> int:
