@@ -310,10 +310,15 @@ class ClusterWire:
             self._own.pop(node.name, None)
 
     def close(self) -> None:
-        """Close this process's own connections (they reopen on their next use)."""
+        """Close this process's own connections and the client's pools (each reopens on its
+        next use). Not RedisCluster.close(): it forgets the default node, which keyless
+        commands (TIME, PING) are sent to, and they fail until the slot map is read again."""
         for conn in self._own.values():
             conn.disconnect()
         self._own = {}
+        for node in self.client.get_nodes():  # type: ignore[no-untyped-call]
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
 
 
 class PartlyAnswered(redis.ConnectionError):

@@ -61,7 +61,7 @@ def closed_by_server(conn: Any) -> bool:
         return False  # not connected: its send connects it
     polled = getattr(conn, "_jobs_poll", None)
     if polled is None or polled[0] is not sock:  # a new socket (reconnected)
-        if not hasattr(select, "poll"):  # Windows; gevent's patched select has no poll
+        if not hasattr(select, "poll"):  # Windows has none (gevent's patched select has one)
             with selectors.DefaultSelector() as selector:
                 selector.register(sock, selectors.EVENT_READ)
                 return bool(selector.select(0))
@@ -375,8 +375,7 @@ class ScriptCalls:
         while self._spares[1]:
             self._spares[1].pop().disconnect()
         if self.wire is not None:
-            self.wire.close()
-            self.client.close()
+            self.wire.close()  # its own connections and the nodes' pools
             return
         (pool := self.client.connection_pool).disconnect()
         for sentinel in getattr(getattr(pool, "sentinel_manager", None), "sentinels", ()):

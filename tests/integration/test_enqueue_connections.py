@@ -162,7 +162,7 @@ def test_enqueue__a_forked_child_sends_on_a_connection_of_its_own(probe: redis.R
 def test_enqueue__connections_the_server_closed_are_reopened_and_the_call_goes_in(
     probe: redis.Redis, poll: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if not poll:  # Windows has no select.poll; gevent's patched select module has none either
+    if not poll:  # Windows has no select.poll (gevent's patched select has one of its own)
         monkeypatch.delattr(select, "poll")
         monkeypatch.setattr(hiredis_parser, "_HAS_POLL", False)  # redis-py's, read at import
     put("warm-up")

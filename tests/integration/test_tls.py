@@ -159,6 +159,37 @@ def test_rediss_cluster__a_tls_cluster_serves_queues_on_several_masters_in_prior
     assert states == [b"completed"] * 3
 
 
+@pytest.mark.parametrize("form", ["rediss", "rediss+sentinel", "rediss+cluster"])
+def test_tls__a_closed_broker_reopens_its_connections_on_its_next_calls(
+    form: str, tls_server: TLSProcess, certs: Certs, settings: Any, tmp_path: Path
+) -> None:
+    # Given a broker that enqueued and drained once, then closed its connections
+    if form == "rediss+cluster":
+        setup = ClusterSetup(tmp_path / "cluster", certs=certs)
+        setup.start()
+        url, stop = setup.url, setup.stop
+    elif form == "rediss+sentinel":
+        watch = f"sentinel monitor jobs 127.0.0.1 {tls_server.port} 1\n"
+        sentinel = TLSProcess(tls_server.executable, tmp_path / "sentinel", watch, certs=certs)
+        sentinel.start("--sentinel")
+        url, stop = f"{form}://127.0.0.1:{sentinel.port}/jobs/0?{certs.query}", sentinel.stop
+    else:
+        url, stop = f"{form}://127.0.0.1:{tls_server.port}/0?{certs.query}", lambda: None
+    try:
+        broker = on(settings, url)
+        broker.enqueue([request("1" * 32, "default")])
+        assert drain(broker, 1) == ["1" * 32]
+        broker.close()
+
+        # Then its calls reopen them: enqueue, the idle wait, the ack, and a call with no key
+        # (Redis' clock: on a Cluster, sent to its default node)
+        broker.enqueue([request("2" * 32, "default")])
+        assert drain(broker, 1) == ["2" * 32]
+        assert abs(broker.time() - time.time()) < 60
+    finally:
+        stop()
+
+
 @pytest.mark.parametrize("form", ["rediss", "rediss+cluster"])
 def test_tls__a_server_the_given_cas_do_not_vouch_for_is_refused(
     form: str, tls_server: TLSProcess, certs: Certs, settings: Any
