@@ -5,7 +5,7 @@ the one table that the admin's action matrix (test_admin_hostile.py) and the flo
 from __future__ import annotations
 
 #: Kinds of staff user by the permissions they hold.
-KINDS = {
+STAFF_KINDS = {
     "none": (),
     "view": ("view_task",),
     "change": ("change_task",),
@@ -25,4 +25,4 @@ GRANTS = {
 def allowed(needs: str, kind: str) -> bool:
     """Whether a staff user of `kind` may do an action that `needs` "view", "change" or
     "delete"."""
-    return bool(GRANTS[needs] & set(KINDS[kind]))
+    return bool(GRANTS[needs] & set(STAFF_KINDS[kind]))

@@ -15,10 +15,10 @@ from django_jobs.flows.details import get_run_detail
 from django_jobs.testing import run_burst
 from testproject.shop.flows import Steps, StepsFlow, Wait, WaitFlow
 from tests.conftest import RedisNamespace, free_port
-from tests.integration.staff_kinds import KINDS, allowed
+from tests.integration.api_cells import contents
+from tests.integration.staff_kinds import STAFF_KINDS, allowed
 from tests.integration.test_api import make_user
 from tests.integration.test_api_permissions import api_routes, handled_methods
-from tests.redis_state import redis_now, snapshot
 
 pytestmark = pytest.mark.django_db
 
@@ -185,16 +185,15 @@ def test_flow_matrix__covers_every_endpoint_and_method() -> None:
 
 
 @pytest.mark.parametrize("endpoint", FLOW_ENDPOINTS, ids=lambda e: f"{e[0].upper()} {e[1]}")
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", STAFF_KINDS)
 def test_flow_matrix__every_endpoint_needs_its_permission(
     redis_ns: RedisNamespace, kind: str, endpoint: tuple[str, str]
 ) -> None:
     method, route = endpoint
     call = WaitFlow.start(Wait())
     drain()
-    client = client_of(make_user(f"u-{kind}", staff=True, perms=KINDS[kind]))
-    now = redis_now(redis_ns.client)  # both read against one clock
-    before = snapshot(redis_ns, now)
+    client = client_of(make_user(f"u-{kind}", staff=True, perms=STAFF_KINDS[kind]))
+    before = contents(redis_ns)  # whether keys expire, not their TTLs (see contents)
     data = {"name": "go", "value": 1} if route.endswith("signal") else None
 
     response = getattr(client, method)(BASE + route.replace("<str:call_id>", call), data,
@@ -208,8 +207,8 @@ def test_flow_matrix__every_endpoint_needs_its_permission(
             signals = get_run_detail(call).signals  # type: ignore[union-attr]
             assert [(s.name, s.value) for s in signals] == [("go", 1)]
         else:  # a look writes nothing
-            assert snapshot(redis_ns, now) == before
+            assert contents(redis_ns) == before
     else:
         assert response.status_code == 403, response.content
-        assert snapshot(redis_ns, now) == before
+        assert contents(redis_ns) == before
         assert get_run(call).status == "waiting"  # type: ignore[union-attr]
