@@ -55,10 +55,10 @@ def one_parked(redis_ns: RedisNamespace, settings: Any) -> Client:
     broker = get_broker()
     assert isinstance(broker, RedisBroker)
     Processor(broker)  # takes the registry's limits, as every worker does
-    Solo.enqueue(Item(1))
-    Solo.enqueue(Item(2))
-    assert len(broker.dequeue_many(["default"], 20)) == 1
-    assert redis_ns.client.llen(broker.keys("default").parked(Solo.name)) == 1
+    first, second = Solo.enqueue(Item(1)), Solo.enqueue(Item(2))
+    assert [d.id for d in broker.dequeue_many(["default"], 20)] == [first.id]
+    parked = redis_ns.client.lrange(broker.keys("default").parked(Solo.name), 0, -1)
+    assert [x.decode() if isinstance(x, bytes) else x for x in parked] == [second.id]
     client = Client()
     client.force_login(User.objects.create_superuser("ops", "ops@example.com", None))
     return client
