@@ -61,6 +61,12 @@ class Vec(dict[Labels, float]):
     def __truediv__(self, other: Vec) -> Vec:  # x / 0 left out (Prometheus: NaN or Inf)
         return Vec({k: v / other[k] for k, v in self.items() if other.get(k)})
 
+    def __or__(self, other: Vec) -> Vec:  # PromQL's `or`: the left side, and the rest
+        return Vec({**other, **self})
+
+    def __rmul__(self, factor: float) -> Vec:
+        return Vec({k: factor * v for k, v in self.items()})
+
 
 def quantile(q: float, vector: Vec) -> Vec:
     """histogram_quantile: Prometheus' bucketQuantile over each group of le buckets."""
@@ -87,7 +93,7 @@ def evaluate(expr: str, scrapes: list[Scrape], i: int) -> Vec:
     call = lambda m: f"{m[1] or 'sel('}{m[2]!r}, {m[3] or ''!r}" + ")" * (not m[1])  # noqa: E731
     expr = re.sub(r"(rate\()?(django_jobs_\w+)(\{[^}]*\})?", call, expr)  # rate's ")" stays
     expr = re.sub(r"sum by \(([^)]*)\) \(", lambda m: f"agg({m[1].split(', ')!r}, ", expr)
-    expr = expr.replace("sum(", "agg([], ").replace("clamp_min(", "clamp(")
+    expr = expr.replace("sum(", "agg([], ").replace("clamp_min(", "clamp(").replace(" or ", " | ")
 
     def sel(name: str, matchers: str, j: int = i) -> Vec:  # = and != as anchored regexes too
         found = re.findall(r'(\w+)(=~|!=|!~|=)"([^"]*)"', matchers.replace(" ", ""))
