@@ -10,6 +10,8 @@ slot table at scrape time.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import shutil
 import tempfile
@@ -109,6 +111,29 @@ class SlotsCollector:
                                 value=self.total)  # fmt: skip
 
 
+#: Bytes of a multiprocess file's header (how much of it is used), there once the file is grown.
+HEADER = 8
+
+
+class ChildrenCollector:
+    """The children's figures: prometheus_client's multiprocess collector, minus the files a
+    child has only just created. MmapedDict opens (creates) its file empty and only then grows
+    it: reading one in between raised struct.error, a 500 for the scrape. It is read next time."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Any:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        files = []
+        for name in glob.glob(os.path.join(self.directory, "*.db")):
+            with contextlib.suppress(FileNotFoundError):  # a file gone since the glob
+                if os.path.getsize(name) >= HEADER:
+                    files.append(name)
+        return MultiProcessCollector.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
+
+
 class WorkerMetrics:
     """One worker's metrics directory and HTTP endpoint (`start` makes it)."""
 
@@ -136,14 +161,14 @@ def start(port: int, busy: Callable[[], int], total: int, addr: str = "0.0.0.0")
     prometheus_client.
     """
     p = require()
-    from prometheus_client import multiprocess, values
+    from prometheus_client import values
 
     directory = tempfile.mkdtemp(prefix="django-jobs-metrics-")
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     # Chosen when prometheus_client was imported: maybe before the variable was set.
     values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
     registry = p.CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    registry.register(ChildrenCollector(directory))
     registry.register(SlotsCollector(busy, total))
     hook.recorder = PrometheusRecorder()
     server, _thread = p.start_http_server(port, addr=addr, registry=registry)
