@@ -46,12 +46,17 @@ DATABASE_FIXTURES = frozenset(
 )
 
 
+def has_test_database(item: pytest.Item) -> bool:
+    """Whether a test has pytest-django's test database: its marker or one of its fixtures."""
+    if item.get_closest_marker("django_db"):
+        return True
+    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 def uses_database(item: pytest.Item) -> bool:
     """Whether a test can touch the database: pytest-django refuses database access to any
     other, and the acceptance tests' subprocesses (manage.py, runworker) use one of their own."""
-    if item.get_closest_marker("django_db") or item.nodeid.startswith("tests/acceptance/"):
-        return True
-    return bool(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+    return item.nodeid.startswith("tests/acceptance/") or has_test_database(item)
 
 
 #: Folders whose tests start processes (runworker, manage.py, mypy): seconds each, where most
@@ -62,9 +67,7 @@ PROCESS_FOLDERS = ("tests/acceptance/", "tests/typing/")
 def starts_processes_without_test_database(item: pytest.Item) -> bool:
     """Whether a test starts processes and has no test database of pytest-django's (neither its
     marker nor one of its fixtures): pytest-django's order cannot concern it."""
-    if not item.nodeid.startswith(PROCESS_FOLDERS) or item.get_closest_marker("django_db"):
-        return False
-    return not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ()))
+    return item.nodeid.startswith(PROCESS_FOLDERS) and not has_test_database(item)
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-django's sort, which this keeps for its tests
