@@ -12,7 +12,7 @@ import gc
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +53,6 @@ def tls_cluster(certs: Certs, tmp_path: Path) -> Iterator[ClusterSetup]:
     setup.stop()
 
 
-def start_sentinel(server: TLSProcess, certs: Certs, directory: Path) -> TLSProcess:
-    """A sentinel on TLS only, watching `server` as "jobs" (the caller stops it)."""
-    watch = f"sentinel monitor jobs 127.0.0.1 {server.port} 1\n"
-    sentinel = TLSProcess(server.executable, directory, watch, certs=certs)
-    sentinel.start("--sentinel")
-    return sentinel
-
-
 #: The brokers this test made, closed after it (`closed`).
 OPENED: list[RedisBroker] = []
 
@@ -86,7 +78,7 @@ def on(settings: Any, url: str) -> RedisBroker:
     return broker
 
 
-def task_request(task_id: str, queue: str) -> EnqueueRequest:
+def request(task_id: str, queue: str) -> EnqueueRequest:
     return EnqueueRequest(
         id=task_id, queue=queue, encoded='{"v": 1}', delay=0.0, eta=None,
         idempotency_key=None, idempotency_window=0.0,
@@ -117,7 +109,7 @@ def test_rediss__one_tls_server_enqueues_fetches_and_acks(
     broker = on(settings, url)
 
     # When a task is enqueued, fetched by the idle wait and acked
-    broker.enqueue([task_request("a" * 32, "default")])
+    broker.enqueue([request("a" * 32, "default")])
 
     # Then it ran through, and its record says so on the server
     assert drain(broker, 1) == ["a" * 32]
@@ -129,12 +121,14 @@ def test_rediss_sentinel__the_sentinel_and_the_primary_it_names_are_both_on_tls(
     tls_server: TLSProcess, certs: Certs, settings: Any, tmp_path: Path
 ) -> None:
     # Given a sentinel on TLS only, watching the TLS server as "jobs"
-    sentinel = start_sentinel(tls_server, certs, tmp_path / "sentinel")
+    watch = f"sentinel monitor jobs 127.0.0.1 {tls_server.port} 1\n"
+    sentinel = TLSProcess(tls_server.executable, tmp_path / "sentinel", watch, certs=certs)
+    sentinel.start("--sentinel")
     try:
         broker = on(settings, f"rediss+sentinel://127.0.0.1:{sentinel.port}/jobs/0?{certs.query}")
 
         # When a task is enqueued, fetched and acked through the primary the sentinel names
-        broker.enqueue([task_request("s" * 32, "low")])
+        broker.enqueue([request("s" * 32, "low")])
 
         # Then it ran through, on that server
         assert drain(broker, 1) == ["s" * 32]
@@ -156,7 +150,7 @@ def test_rediss_cluster__a_tls_cluster_serves_queues_on_several_masters_in_prior
     # When a task is enqueued to each queue, the least urgent first
     ids = {queue: queue[0] * 32 for queue in QUEUES}
     for queue in reversed(QUEUES):
-        broker.enqueue([task_request(ids[queue], queue)])
+        broker.enqueue([request(ids[queue], queue)])
 
     # Then they are fetched most urgent first, and acked
     assert drain(broker, 3) == [ids[q] for q in QUEUES]
@@ -167,26 +161,29 @@ def test_rediss_cluster__a_tls_cluster_serves_queues_on_several_masters_in_prior
 
 @pytest.mark.parametrize("form", ["rediss", "rediss+sentinel", "rediss+cluster"])
 def test_tls__a_closed_broker_reopens_its_connections_on_its_next_calls(
-    form: str, certs: Certs, settings: Any, tmp_path: Path, request: pytest.FixtureRequest
+    form: str, tls_server: TLSProcess, certs: Certs, settings: Any, tmp_path: Path
 ) -> None:
     # Given a broker that enqueued and drained once, then closed its connections
-    stop: Callable[[], None] = lambda: None  # noqa: E731
     if form == "rediss+cluster":
-        url = request.getfixturevalue("tls_cluster").url
+        setup = ClusterSetup(tmp_path / "cluster", certs=certs)
+        setup.start()
+        url, stop = setup.url, setup.stop
     elif form == "rediss+sentinel":
-        sentinel = start_sentinel(request.getfixturevalue("tls_server"), certs, tmp_path / "s")
+        watch = f"sentinel monitor jobs 127.0.0.1 {tls_server.port} 1\n"
+        sentinel = TLSProcess(tls_server.executable, tmp_path / "sentinel", watch, certs=certs)
+        sentinel.start("--sentinel")
         url, stop = f"{form}://127.0.0.1:{sentinel.port}/jobs/0?{certs.query}", sentinel.stop
     else:
-        url = f"{form}://127.0.0.1:{request.getfixturevalue('tls_server').port}/0?{certs.query}"
+        url, stop = f"{form}://127.0.0.1:{tls_server.port}/0?{certs.query}", lambda: None
     try:
         broker = on(settings, url)
-        broker.enqueue([task_request("1" * 32, "default")])
+        broker.enqueue([request("1" * 32, "default")])
         assert drain(broker, 1) == ["1" * 32]
         broker.close()
 
         # Then its calls reopen them: enqueue, the idle wait, the ack, and a call with no key
         # (Redis' clock: on a Cluster, sent to its default node)
-        broker.enqueue([task_request("2" * 32, "default")])
+        broker.enqueue([request("2" * 32, "default")])
         assert drain(broker, 1) == ["2" * 32]
         assert abs(broker.time() - time.time()) < 60
     finally:
@@ -203,6 +200,6 @@ def test_tls__a_server_the_given_cas_do_not_vouch_for_is_refused(
 
     # Then no call reaches it (a Cluster client asks for the slot map as it is made)
     with pytest.raises(BrokerUnavailable, match="certificate verify failed"):
-        on(settings, url).enqueue([task_request("b" * 32, "default")])
+        on(settings, url).enqueue([request("b" * 32, "default")])
     with tls_server.client() as client:
         assert client.dbsize() == 0
